@@ -1,0 +1,34 @@
+# Two commands on a fresh machine: `make demo` and `make test`. Each bootstraps .venv from requirements.lock.
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: venv demo test lint dagster-ui dashboard clean
+
+$(STAMP): requirements.lock pyproject.toml
+	test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -r requirements.lock
+	$(BIN)/pip install -q --no-deps -e .
+	touch $(STAMP)
+
+venv: $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/gpumeter demo
+
+test: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/python -m pytest -q
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+dagster-ui: $(STAMP)
+	DAGSTER_HOME=$(CURDIR)/.gpumeter/dagster GPUMETER_CONFIG=$(CURDIR)/.gpumeter/demo/config.yaml \
+	  $(BIN)/dagster dev -m pipelines.definitions -h 127.0.0.1 -p 3000
+
+clean:
+	rm -rf $(VENV) .gpumeter

@@ -1,0 +1,1 @@
+"""gpumeter: GPU metering and chargeback for shared Kubernetes GPU pools."""

@@ -1,0 +1,266 @@
+"""The accounting runner: one (cluster, day) of raw samples in, every model of sql/ out.
+
+SQL models live in sql/<layer>/<model>.sql (staging -> intermediate -> marts, one model per file).
+A model's dependencies are the other models (and raw tables) its text names, so the order is derived,
+never listed by hand. Two intermediate models are Python, because their job is to stop the run with one
+clear message (a device with no price, an unparseable MIG profile) or to apply config rules (R7):
+`int_device_classes` and `int_holder_tenants`.
+
+Pure: `meter_day(raw, config, cluster, day)` takes tables and config and returns tables; storage is the
+caller's business (pipelines/ and the warehouse).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import warnings
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, date, datetime, timedelta
+from functools import cache
+from graphlib import TopologicalSorter
+from pathlib import Path
+
+import duckdb
+import pyarrow as pa
+
+from metering.catalog import CatalogError, resolve_device_class
+from metering.config import Config
+from metering.schema import RAW_TABLES
+from metering.tenancy import resolve_tenant
+
+SQL_DIR = Path(__file__).resolve().parent.parent / "sql"
+LAYERS = ("staging", "intermediate", "marts")
+
+
+class AccountingError(RuntimeError):
+    """The day cannot be metered; the message names the cause and what to do."""
+
+
+@dataclass(frozen=True)
+class Model:
+    name: str
+    layer: str
+    deps: tuple[str, ...]
+    sql: str | None = None  # None for a Python model
+    description: str = ""
+
+    @property
+    def table(self) -> str:
+        """Name of the stored table: marts drop their prefix (mart_device_seconds -> device_seconds)."""
+        return self.name.removeprefix("mart_") if self.layer == "marts" else self.name
+
+
+@dataclass
+class RawDay:
+    """Raw samples for one cluster: the day itself plus, for counters, the lookback before it."""
+
+    dcgm: pa.Table
+    kube: pa.Table
+    dra_allocations: pa.Table = field(default_factory=lambda: RAW_TABLES["raw_dra_allocations"].empty_table())
+    dra_devices: pa.Table = field(default_factory=lambda: RAW_TABLES["raw_dra_devices"].empty_table())
+
+    def tables(self) -> dict[str, pa.Table]:
+        return {
+            "raw_dcgm_samples": self.dcgm,
+            "raw_kube_samples": self.kube,
+            "raw_dra_allocations": self.dra_allocations,
+            "raw_dra_devices": self.dra_devices,
+        }
+
+
+def _description(sql: str) -> str:
+    lines = []
+    for line in sql.splitlines():
+        if not line.startswith("--"):
+            break
+        lines.append(line.removeprefix("--").strip())
+    return " ".join(lines)
+
+
+PYTHON_MODELS: dict[str, tuple[str, tuple[str, ...], str]] = {
+    "int_device_classes": (
+        "intermediate",
+        ("stg_dcgm_samples",),
+        "Weight (R3) and price (R8) of every (modelName, MIG profile) seen in the day.",
+    ),
+    "int_holder_tenants": (
+        "intermediate",
+        ("int_device_holders", "stg_kube_pod_labels"),
+        "The tenant of every holder (R7): pod label rules, then vCluster, then namespace.",
+    ),
+}
+
+
+@cache
+def load_models(sql_dir: Path = SQL_DIR) -> tuple[Model, ...]:
+    """Every model in dependency order."""
+    texts: dict[str, tuple[str, str]] = {}
+    for layer in LAYERS:
+        for path in sorted((sql_dir / layer).glob("*.sql")):
+            texts[path.stem] = (layer, path.read_text(encoding="utf-8"))
+    names = set(texts) | set(PYTHON_MODELS) | set(RAW_TABLES)
+    models: dict[str, Model] = {}
+    for name, (layer, sql) in texts.items():
+        code = "\n".join(line.split("--", 1)[0] for line in sql.splitlines())
+        referenced = set(re.findall(r"\b([a-z][a-z0-9_]*)\b", code)) & names
+        models[name] = Model(name, layer, tuple(sorted(referenced - {name})), sql, _description(sql))
+    for name, (layer, deps, description) in PYTHON_MODELS.items():
+        models[name] = Model(name, layer, deps, None, description)
+    graph = {name: [d for d in model.deps if d in models] for name, model in models.items()}
+    order = list(TopologicalSorter(graph).static_order())
+    return tuple(models[name] for name in order)
+
+
+# --- Python models ---------------------------------------------------------------------------
+
+
+def _device_classes(con: duckdb.DuckDBPyConnection, config: Config) -> pa.Table:
+    seen = con.sql(
+        "select model_name, mig_profile, min(node) as node from stg_dcgm_samples "
+        "where in_day group by all order by all"
+    ).fetchall()
+    pairs = {(model, profile): node for model, profile, node in seen}
+    # Every GPU model needs its whole-GPU class too: pool cost is priced per GPU (R9).
+    for model, _profile, node in seen:
+        pairs.setdefault((model, None), node)
+    rows: dict[str, list[object]] = {
+        k: []
+        for k in (
+            "model_name",
+            "mig_profile",
+            "gpu_model",
+            "compute_slices",
+            "weight",
+            "gpu_price_per_hour",
+            "device_price_per_hour",
+        )
+    }
+    for (model, profile), node in sorted(pairs.items(), key=lambda kv: (kv[0][0] or "", kv[0][1] or "")):
+        if model is None:
+            raise AccountingError(f"DCGM series on node {node!r} carry no modelName label; cannot price them (R8)")
+        try:
+            cls = resolve_device_class(config, model, profile, node)
+        except CatalogError as exc:
+            raise AccountingError(str(exc)) from None
+        rows["model_name"].append(model)
+        rows["mig_profile"].append(profile)
+        rows["gpu_model"].append(cls.gpu_model)
+        rows["compute_slices"].append(cls.compute_slices if profile else 7)
+        rows["weight"].append(cls.weight)
+        rows["gpu_price_per_hour"].append(cls.gpu_price_per_hour)
+        rows["device_price_per_hour"].append(cls.device_price_per_hour)
+    schema = pa.schema(
+        [
+            ("model_name", pa.string()),
+            ("mig_profile", pa.string()),
+            ("gpu_model", pa.string()),
+            ("compute_slices", pa.int32()),
+            ("weight", pa.float64()),
+            ("gpu_price_per_hour", pa.float64()),
+            ("device_price_per_hour", pa.float64()),
+        ]
+    )
+    return pa.table(rows, schema=schema)
+
+
+def _holder_tenants(con: duckdb.DuckDBPyConnection, config: Config) -> pa.Table:
+    holders = con.sql(
+        "select distinct h.namespace, h.pod, l.labels_json from int_device_holders as h "
+        "left join stg_kube_pod_labels as l on l.namespace = h.namespace and l.pod = h.pod order by all"
+    ).fetchall()
+    rows: dict[str, list[str | None]] = {"namespace": [], "pod": [], "tenant": [], "cost_center": [], "tenant_rule": []}
+    for namespace, pod, labels_json in holders:
+        labels = {k: str(v) for k, v in json.loads(labels_json).items()} if labels_json else {}
+        match = resolve_tenant(config, namespace, labels)
+        rows["namespace"].append(namespace)
+        rows["pod"].append(pod)
+        rows["tenant"].append(match.tenant)
+        rows["cost_center"].append(match.cost_center)
+        rows["tenant_rule"].append(match.rule)
+    return pa.table(rows, schema=pa.schema([(k, pa.string()) for k in rows]))
+
+
+PYTHON_MODEL_FUNCTIONS: dict[str, Callable[[duckdb.DuckDBPyConnection, Config], pa.Table]] = {
+    "int_device_classes": _device_classes,
+    "int_holder_tenants": _holder_tenants,
+}
+
+
+# --- the run ---------------------------------------------------------------------------------
+
+
+def day_bounds_ms(day: date) -> tuple[int, int]:
+    start = datetime(day.year, day.month, day.day, tzinfo=UTC)
+    return int(start.timestamp() * 1000), int((start + timedelta(days=1)).timestamp() * 1000)
+
+
+def _set_variables(con: duckdb.DuckDBPyConnection, config: Config, cluster: str, day: date) -> None:
+    start_ms, end_ms = day_bounds_ms(day)
+    variables: Mapping[str, object] = {
+        "cluster": cluster,
+        "day": day.isoformat(),
+        "day_start_ms": start_ms,
+        "day_end_ms": end_ms,
+        "window_start_ms": start_ms - lookback_ms(config),
+        "lookback_ms": config.kube_lookback_seconds * 1000,
+        "scrape_s": float(config.scrape_interval_seconds),
+        "idle_threshold": config.idle_threshold,
+        "idle_policy": config.idle_policy,
+        "min_free_cpu_cores": config.stranded.min_free_cpu_cores,
+        "min_free_memory_bytes": config.stranded.min_free_memory_gib * 1024**3,
+    }
+    for name, value in variables.items():
+        con.execute(f"set variable {name} = ?", [value])
+
+
+def lookback_ms(config: Config) -> int:
+    """How far before the day the raw inputs must reach: the last counter and pod/node state samples."""
+    return max(config.kube_lookback_seconds, 2 * config.scrape_interval_seconds) * 1000
+
+
+def meter_day(
+    raw: RawDay,
+    config: Config,
+    cluster: str,
+    day: date,
+    on_model: Callable[[Model], None] | None = None,
+) -> dict[str, pa.Table]:
+    """Run every model for one cluster and day. Returns {model name: table}."""
+    con = duckdb.connect()
+    try:
+        con.execute("set threads to 2")
+        for name, table in raw.tables().items():
+            con.register(f"{name}__arrow", _conform(table, RAW_TABLES[name]))
+            con.execute(f"create temp table {name} as select * from {name}__arrow")
+            con.unregister(f"{name}__arrow")
+        _set_variables(con, config, cluster, day)
+        results: dict[str, pa.Table] = {}
+        with warnings.catch_warnings():
+            warnings.simplefilter("default")
+            for model in load_models():
+                if model.sql is None:
+                    table = PYTHON_MODEL_FUNCTIONS[model.name](con, config)
+                    con.register(f"{model.name}__arrow", table)
+                    con.execute(f"create temp table {model.name} as select * from {model.name}__arrow")
+                    con.unregister(f"{model.name}__arrow")
+                else:
+                    try:
+                        con.execute(f"create temp table {model.name} as {model.sql}")
+                    except duckdb.Error as exc:
+                        raise AccountingError(f"model {model.layer}/{model.name}.sql failed: {exc}") from exc
+                results[model.name] = con.sql(f"select * from {model.name}").to_arrow_table()
+                if on_model:
+                    on_model(model)
+        return results
+    finally:
+        con.close()
+
+
+def _conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
+    """Select and cast the schema's columns; a missing column is an error naming it."""
+    missing = [f.name for f in schema if f.name not in table.column_names]
+    if missing:
+        raise AccountingError(f"raw table lacks column(s) {', '.join(missing)} of the raw-samples schema")
+    return table.select(schema.names).cast(schema)

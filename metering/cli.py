@@ -1,0 +1,360 @@
+"""The `gpumeter` command line. Metering commands run the Dagster job the schedule runs (pipelines.launch),
+imported lazily so that metering/ itself carries no Dagster import."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import warnings
+from collections.abc import Sequence
+from datetime import date, timedelta
+from pathlib import Path
+
+from rich.console import Console
+from rich.markup import escape
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from metering.config import ConfigError, config_schema, config_warnings, load_config
+from metering.invoices import InvoiceError, Period
+
+REPO = Path(__file__).resolve().parent.parent
+DEMO_CONFIG = REPO / "examples" / "demo-config.yaml"
+DEFAULT_DEMO_DIR = Path(".gpumeter") / "demo"
+
+console = Console(highlight=False)
+err = Console(stderr=True, highlight=False)
+
+
+class CliError(Exception):
+    """An error to print as one line (plus what to do) and exit 2."""
+
+
+def _date(text: str) -> date:
+    try:
+        return date.fromisoformat(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a date (YYYY-MM-DD)") from None
+
+
+def _period(text: str) -> str:
+    try:
+        return str(Period.parse(text))
+    except InvoiceError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _days(start: date, end: date) -> list[date]:
+    if end < start:
+        raise CliError(f"--end {end} is before --start {start}")
+    return [start + timedelta(days=i) for i in range((end - start).days + 1)]
+
+
+def _money(amount: object, currency: str) -> str:
+    return f"{float(amount):,.2f} {currency}"
+
+
+# --- commands --------------------------------------------------------------------------------
+
+
+def cmd_config_check(args: argparse.Namespace) -> int:
+    config = load_config(args.file)
+    problems = config_warnings(config)
+    for place, message in problems:
+        console.print(f"[yellow]warning[/] {escape(f'{args.file}: {place}: {message}')}")
+    console.print(
+        f"[green]ok[/] {args.file}: {len(config.clusters)} cluster(s), {len(config.tenants)} tenant(s), "
+        f"{len(config.rate_card.models)} priced GPU model(s), {len(problems)} warning(s)"
+    )
+    return 0
+
+
+def cmd_config_schema(_: argparse.Namespace) -> int:
+    sys.stdout.write(json.dumps(config_schema(), indent=2) + "\n")
+    return 0
+
+
+def _progress() -> Progress:
+    return Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console,
+        transient=False,
+    )
+
+
+def _meter(config_path: Path, days: list[date]) -> list[str]:
+    from pipelines.launch import meter_days  # lazy: Dagster loads only for commands that run jobs
+
+    warned: list[str] = []
+    with _progress() as progress:
+        task = progress.add_task("metering days", total=len(days))
+
+        def done(outcome: object) -> None:
+            for check in getattr(outcome, "failed_checks", []):
+                warned.append(f"{outcome.partition}: check {check}")  # type: ignore[attr-defined]
+            progress.advance(task)
+
+        meter_days(str(config_path), days, on_day=done)
+    return warned
+
+
+def _invoice(config_path: Path, period: str) -> object:
+    from pipelines.launch import invoice_month
+
+    return invoice_month(str(config_path), period)
+
+
+def print_summary(config_path: Path, first: date, last: date) -> bool:
+    from metering.invoices import reconcile
+    from metering.reports import pool_summary
+    from metering.runner import invoice_lines_path, read_mart
+    from metering.warehouse import Warehouse
+
+    config = load_config(config_path)
+    warehouse = Warehouse.at(config.warehouse.path)
+    summary = pool_summary(warehouse, first, last)
+    cur = config.currency
+    console.print(
+        f"\n[bold]{config.pool}[/]: {summary.days} day(s) {first} .. {last}, "
+        f"{summary.observed_gpu_hours:,.1f} observed GPU-hours, "
+        f"{summary.unobserved_gpu_hours:,.1f} unobserved (not billed, R4)"
+    )
+    charges = Table(title="Charges (R9)", title_justify="left")
+    for column, justify in (
+        ("tenant", "left"),
+        ("cost center", "left"),
+        ("GPU-hours", "right"),
+        ("efficiency", "right"),
+        ("amount", "right"),
+        ("share", "right"),
+    ):
+        charges.add_column(column, justify=justify)  # type: ignore[arg-type]
+    for charge in summary.charges:
+        share = float(charge.amount / summary.pool_cost) if summary.pool_cost else 0.0
+        eff = f"{charge.efficiency:.0%}" if charge.efficiency is not None and charge.tenant != "__idle__" else ""
+        charges.add_row(
+            charge.tenant,
+            charge.cost_center or "",
+            f"{charge.gpu_hours:,.1f}",
+            eff,
+            _money(charge.amount, cur),
+            f"{share:.1%}",
+        )
+    charges.add_section()
+    charges.add_row("pool cost", "", f"{summary.observed_gpu_hours:,.1f}", "", _money(summary.pool_cost, cur), "100%")
+    console.print(charges)
+
+    capacity = Table(title="Where capacity went (R11)", title_justify="left")
+    capacity.add_column("category")
+    capacity.add_column("GPU-hours", justify="right")
+    capacity.add_column("% of capacity", justify="right")
+    capacity.add_column("stranded", justify="center")
+    total = sum(summary.capacity_hours.values()) or 1.0
+    for category, hours in summary.capacity_hours.items():
+        capacity.add_row(category, f"{hours:,.1f}", f"{hours / total:.1%}", "" if category == "allocated_active" else "yes")
+    capacity.add_section()
+    capacity.add_row("stranded", f"{summary.stranded_hours:,.1f}", f"{summary.stranded_hours / total:.1%}", "")
+    console.print(capacity)
+
+    ok = summary.charged == summary.pool_cost
+    console.print(
+        f"R13 conservation: charged {_money(summary.charged, cur)} = pool cost {_money(summary.pool_cost, cur)}: "
+        + ("[green]exact[/]" if ok else f"[red]off by {summary.charged - summary.pool_cost}[/]")
+    )
+    for period in sorted({str(Period.of(first + timedelta(days=i))) for i in range((last - first).days + 1)}):
+        path = invoice_lines_path(warehouse, period)
+        if not path.exists():
+            continue
+        import pyarrow.parquet as pq
+
+        lines = pq.read_table(path)
+        pool = read_mart(warehouse, "pool_daily_cost", Period.parse(period).days())
+        if pool is None:
+            continue
+        rec = reconcile(lines, pool, Period.parse(period), config.minor_unit)
+        ok = ok and rec.ok
+        console.print(
+            f"Invoices {period}: {rec.line_count} lines, {_money(rec.lines_rounded, cur)} rounded "
+            f"against pool cost {_money(rec.pool_cost, cur)}: "
+            + ("[green]reconciled[/]" if rec.ok else "[red]do not reconcile[/]")
+        )
+    return ok
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    config_path = Path(args.config)
+    load_config(config_path)  # fail fast, with every problem, before Dagster starts
+    days = _days(args.start, args.end)
+    warned = _meter(config_path, days)
+    for period in sorted({str(Period.of(d)) for d in days}):
+        _invoice(config_path, period)
+    for line in warned:
+        console.print(f"[yellow]warning[/] {line}")
+    return 0 if print_summary(config_path, days[0], days[-1]) else 1
+
+
+def cmd_invoices(args: argparse.Namespace) -> int:
+    from metering.runner import exports_dir
+    from metering.warehouse import Warehouse
+
+    config_path = Path(args.config)
+    config = load_config(config_path)
+    _invoice(config_path, args.period)
+    source = exports_dir(Warehouse.at(config.warehouse.path), args.period)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    table = Table(title=f"Invoice files {args.period}", title_justify="left")
+    table.add_column("file")
+    table.add_column("lines", justify="right")
+    for path in sorted(source.glob(f"invoice_lines_{args.period}_*.csv")):
+        shutil.copyfile(path, out / path.name)
+        table.add_row(str(out / path.name), str(sum(1 for _ in path.open()) - 1))
+    console.print(table)
+    return 0
+
+
+def cmd_simulate(args: argparse.Namespace) -> int:
+    from metering import simulator
+
+    spec = simulator.demo_spec()
+    overrides = {k: v for k, v in (("start", args.start), ("days", args.days), ("seed", args.seed)) if v is not None}
+    spec = simulator.FactorySpec(**{**spec.__dict__, **overrides})
+    out = Path(args.out)
+    with _progress() as progress:
+        task = progress.add_task("simulating days", total=spec.days)
+        simulator.write_parquet(spec, out, progress=lambda _day: progress.advance(task))
+    console.print(f"raw samples (Parquet) in {out}")
+    if args.openmetrics:
+        simulator.write_openmetrics(spec, Path(args.openmetrics))
+        console.print(f"OpenMetrics for promtool backfill in {args.openmetrics}")
+    return 0
+
+
+def write_demo_config(out: Path) -> Path:
+    """The example config with its source and warehouse pointed into `out`."""
+    text = DEMO_CONFIG.read_text(encoding="utf-8")
+    text = text.replace("../.gpumeter/demo/source", str((out / "source").resolve()))
+    text = text.replace("../.gpumeter/demo/warehouse", str((out / "warehouse").resolve()))
+    path = out / "config.yaml"
+    out.mkdir(parents=True, exist_ok=True)
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from metering import simulator
+
+    out = Path(args.out)
+    spec = simulator.demo_spec()
+    if args.days:
+        spec = simulator.FactorySpec(**{**spec.__dict__, "days": args.days})
+    os.environ.setdefault("DAGSTER_HOME", str((out / "dagster").resolve()))
+    Path(os.environ["DAGSTER_HOME"]).mkdir(parents=True, exist_ok=True)
+    console.print(f"[bold]gpumeter demo[/]: a simulated AI factory, {spec.days} days from {spec.start}, in {out}")
+    with _progress() as progress:
+        task = progress.add_task("simulating days", total=spec.days)
+        simulator.write_parquet(spec, out / "source", progress=lambda _day: progress.advance(task))
+    config_path = write_demo_config(out)
+    days = [spec.start + timedelta(days=i) for i in range(spec.days)]
+    warned = _meter(config_path, days)
+    periods = sorted({str(Period.of(d)) for d in days})
+    for period in periods:
+        _invoice(config_path, period)
+    for line in warned:
+        console.print(f"[yellow]check[/] {line}")
+    ok = print_summary(config_path, days[0], days[-1])
+    config = load_config(config_path)
+    from metering.runner import exports_dir
+    from metering.warehouse import Warehouse
+
+    invoices = out / "invoices"
+    invoices.mkdir(parents=True, exist_ok=True)
+    for period in periods:
+        for path in sorted(exports_dir(Warehouse.at(config.warehouse.path), period).glob("*.csv")):
+            shutil.copyfile(path, invoices / path.name)
+    console.print(
+        f"\nWritten: invoices in {invoices}/, marts in {out / 'warehouse'}/marts/, config {config_path}\n"
+        f"Next: `make dagster-ui` shows the lineage and these runs; "
+        f"`gpumeter run --config {config_path} --start {days[0]} --end {days[-1]}` re-runs the days."
+    )
+    return 0 if ok else 1
+
+
+# --- parser ----------------------------------------------------------------------------------
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="gpumeter",
+        description="GPU metering, chargeback and utilization analytics for shared Kubernetes GPU pools.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    demo = sub.add_parser("demo", help="simulate a small AI factory, meter it with the Dagster job, invoice it")
+    demo.add_argument("--out", default=str(DEFAULT_DEMO_DIR), help="working directory (default: %(default)s)")
+    demo.add_argument("--days", type=int, help="days to simulate (default: 7)")
+    demo.set_defaults(func=cmd_demo)
+
+    run = sub.add_parser("run", help="meter days (the same Dagster job the schedule runs) and invoice their months")
+    run.add_argument("--config", required=True, help="gpumeter YAML config")
+    run.add_argument("--start", required=True, type=_date, help="first day, YYYY-MM-DD (UTC)")
+    run.add_argument("--end", required=True, type=_date, help="last day, inclusive, YYYY-MM-DD (UTC)")
+    run.set_defaults(func=cmd_run)
+
+    inv = sub.add_parser("invoices", help="write a month's invoice-lines CSVs (all tenants and per tenant)")
+    inv.add_argument("--config", required=True)
+    inv.add_argument("--period", required=True, type=_period, help="YYYY-MM")
+    inv.add_argument("--out", required=True, help="directory for the CSV files")
+    inv.set_defaults(func=cmd_invoices)
+
+    sim = sub.add_parser("simulate", help="write the simulated AI factory's raw samples (Parquet, OpenMetrics)")
+    sim.add_argument("--out", required=True, help="directory for raw Parquet (a `parquet` source)")
+    sim.add_argument("--start", type=_date, help="first day (default 2026-11-01)")
+    sim.add_argument("--days", type=int, help="number of days (default 7)")
+    sim.add_argument("--seed", type=int, help="random seed (default 7)")
+    sim.add_argument("--openmetrics", help="also write OpenMetrics text here, for promtool backfill")
+    sim.set_defaults(func=cmd_simulate)
+
+    cfg = sub.add_parser("config", help="check a config file or print its JSON Schema")
+    cfg_sub = cfg.add_subparsers(dest="config_command", required=True, metavar="ACTION")
+    check = cfg_sub.add_parser("check", help="validate FILE; every problem is reported with its place")
+    check.add_argument("file")
+    check.set_defaults(func=cmd_config_check)
+    schema = cfg_sub.add_parser("schema", help="print the config's JSON Schema")
+    schema.set_defaults(func=cmd_config_schema)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    from metering.accounting import AccountingError
+    from metering.runner import RunFailed
+    from metering.sources import SourceError
+    from metering.warehouse import WarehouseError
+
+    handled: tuple[type[BaseException], ...] = (
+        CliError,
+        ConfigError,
+        AccountingError,
+        SourceError,
+        WarehouseError,
+        InvoiceError,
+        RunFailed,
+    )
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)
+            return int(args.func(args))
+    except handled as exc:
+        err.print(f"[red]error[/]: {escape(str(exc))}", soft_wrap=True)
+        return 2
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

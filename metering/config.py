@@ -1,0 +1,362 @@
+"""Configuration: one YAML file, validated by pydantic. docs/config.md explains every field."""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+import re
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+RESERVED_BUCKETS = ("__idle__", "__unallocated__")
+IDLE = "__idle__"
+UNALLOCATED = "__unallocated__"
+
+# ISO 4217 minor units that are not 2 (R12 rounds to the currency's minor unit).
+_MINOR_UNITS = {"JPY": 0, "KRW": 0, "ISK": 0, "CLP": 0, "VND": 0, "BHD": 3, "KWD": 3, "OMR": 3, "JOD": 3, "TND": 3}
+_LABEL_KEY = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
+_MIG_PROFILE = re.compile(r"^(\d+)g\.(\d+)gb(\+me)?$")
+
+
+class ConfigError(ValueError):
+    """A configuration problem. `problems` lists each one as (place, message)."""
+
+    def __init__(self, source: str, problems: list[tuple[str, str]]):
+        self.source = source
+        self.problems = problems
+        lines = [f"{source}: {place}: {msg}" if place else f"{source}: {msg}" for place, msg in problems]
+        super().__init__("\n".join(lines))
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ParquetSource(_Model):
+    """Raw samples already in the raw-samples schema (the simulator's output, or an earlier pull)."""
+
+    kind: Literal["parquet"] = "parquet"
+    path: str = Field(description="Directory holding raw_dcgm_samples/, raw_kube_samples/ and k8s/.")
+
+
+class PrometheusSource(_Model):
+    """Any PromQL API: Prometheus, Thanos, Mimir, VictoriaMetrics."""
+
+    kind: Literal["prometheus"] = "prometheus"
+    url: str
+    bearer_token_env: str | None = Field(None, description="Name of an environment variable holding a token.")
+    headers_env: str | None = Field(None, description="Environment variable holding extra headers as JSON.")
+    verify_tls: bool = True
+    timeout_seconds: float = Field(60.0, gt=0)
+    retries: int = Field(3, ge=0, le=20)
+    max_concurrent_queries: int = Field(4, ge=1, le=64)
+    selector: str | None = Field(None, description='Added to every query, e.g. cluster="prod-a".')
+    replica_labels: list[str] = Field(default_factory=lambda: ["prometheus_replica", "replica"])
+    claims_file: str | None = Field(None, description="`kubectl get resourceclaims -A -o json` output.")
+    slices_file: str | None = Field(None, description="`kubectl get resourceslices -A -o json` output.")
+    kubeconfig: str | None = None
+
+
+Source = Annotated[ParquetSource | PrometheusSource, Field(discriminator="kind")]
+
+
+class Cluster(_Model):
+    name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+    source: Source
+    cluster_label: str = Field("cluster", description="Series label naming the cluster (R: vocabulary).")
+
+
+class GpuModelPrice(_Model):
+    model: str = Field(min_length=1, description="Canonical model name, e.g. H100-80GB.")
+    aliases: list[str] = Field(
+        default_factory=list,
+        description="modelName values (exact, or shell globs like 'NVIDIA H100*') that mean this model.",
+    )
+    price_per_gpu_hour: float | None = Field(None, ge=0)
+    mig_profiles: dict[str, float] = Field(
+        default_factory=dict, description="Explicit price per MIG instance-hour, by profile (R8)."
+    )
+
+    @field_validator("mig_profiles")
+    @classmethod
+    def _profiles_parse(cls, value: dict[str, float]) -> dict[str, float]:
+        for profile, price in value.items():
+            if not _MIG_PROFILE.match(profile):
+                raise ValueError(f"MIG profile {profile!r} does not parse as <N>g.<M>gb")
+            if price < 0:
+                raise ValueError(f"price for {profile!r} is negative")
+        return value
+
+
+class MigFamily(_Model):
+    """Extends the built-in MIG catalog (R3): profiles as [compute slices of 7, memory slices of 8]."""
+
+    family: str
+    models: list[str] = Field(description="modelName globs of the GPUs in this family.")
+    profiles: dict[str, tuple[int, int]]
+
+    @field_validator("profiles")
+    @classmethod
+    def _slices(cls, value: dict[str, tuple[int, int]]) -> dict[str, tuple[int, int]]:
+        for profile, (compute, memory) in value.items():
+            if not 1 <= compute <= 7 or not 1 <= memory <= 8:
+                raise ValueError(f"{profile!r}: compute slices must be 1..7 and memory slices 1..8")
+        return value
+
+
+class RateCard(_Model):
+    price_source: Literal["rate_card", "opencost"] = "rate_card"
+    mig_weight: Literal["compute", "memory"] = "compute"
+    models: list[GpuModelPrice] = Field(default_factory=list)
+    mig_catalog: list[MigFamily] = Field(default_factory=list)
+
+
+class PodLabelRule(_Model):
+    key: str = Field(description="Pod label key as in Kubernetes (team) or sanitized (label_team).")
+    value: str = Field(description="Exact value, or a shell glob.")
+
+    @property
+    def metric_label(self) -> str:
+        """kube-state-metrics' sanitized name of the key (R7)."""
+        key = self.key if self.key.startswith("label_") else "label_" + re.sub(r"[^a-zA-Z0-9_]", "_", self.key)
+        return key
+
+
+class Tenant(_Model):
+    name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+    cost_center: str | None = None
+    namespaces: list[str] = Field(default_factory=list, description="Namespace names or shell globs.")
+    vclusters: list[str] = Field(default_factory=list, description="vCluster names (host pod label).")
+    pod_labels: list[PodLabelRule] = Field(default_factory=list)
+    monthly_budget: float | None = Field(None, ge=0)
+
+    @field_validator("namespaces")
+    @classmethod
+    def _namespace_patterns(cls, value: list[str]) -> list[str]:
+        for pattern in value:
+            if not re.fullmatch(r"[a-z0-9*?\[\]!-]+", pattern):
+                raise ValueError(
+                    f"{pattern!r} is not a namespace name or glob (lowercase letters, digits, '-', '*', '?')"
+                )
+        return value
+
+
+class Warehouse(_Model):
+    path: str = Field(".gpumeter/warehouse", description="Directory of the Parquet warehouse.")
+
+
+class Stranded(_Model):
+    """When free GPUs on a node count as `unschedulable` for lack of CPU or memory (R11)."""
+
+    min_free_cpu_cores: float = Field(1.0, ge=0)
+    min_free_memory_gib: float = Field(4.0, ge=0)
+
+
+class Checks(_Model):
+    min_coverage: float = Field(0.95, ge=0, le=1, description="Observed/expected GPU-seconds below this warns.")
+
+
+class Config(_Model):
+    pool: str = Field("gpu-pool", description="Name of the pool on invoices.")
+    currency: str = Field("USD", pattern=r"^[A-Z]{3}$")
+    currency_minor_unit: int | None = Field(None, ge=0, le=4)
+    scrape_interval_seconds: int = Field(30, gt=0, le=3600, description="Δ: the time one raw sample stands for (R1).")
+    kube_lookback_seconds: int = Field(
+        300, gt=0, description="How old a kube-state-metrics sample may be to describe a DCGM sample."
+    )
+    clusters: list[Cluster] = Field(min_length=1)
+    rate_card: RateCard = Field(default_factory=RateCard)
+    tenants: list[Tenant] = Field(default_factory=list)
+    idle_policy: Literal["platform", "proportional"] = "platform"
+    idle_threshold: float = Field(0.05, ge=0, le=1)
+    warehouse: Warehouse = Field(default_factory=Warehouse)
+    stranded: Stranded = Field(default_factory=Stranded)
+    checks: Checks = Field(default_factory=Checks)
+
+    @model_validator(mode="after")
+    def _unique_names(self) -> Config:
+        seen: set[str] = set()
+        for tenant in self.tenants:
+            if tenant.name in RESERVED_BUCKETS:
+                raise ValueError(f"tenant name {tenant.name!r} is reserved")
+            if tenant.name in seen:
+                raise ValueError(f"tenant {tenant.name!r} is defined twice")
+            seen.add(tenant.name)
+        clusters = [c.name for c in self.clusters]
+        if len(set(clusters)) != len(clusters):
+            raise ValueError("cluster names must be unique")
+        return self
+
+    @property
+    def minor_unit(self) -> int:
+        if self.currency_minor_unit is not None:
+            return self.currency_minor_unit
+        return _MINOR_UNITS.get(self.currency, 2)
+
+    def cluster(self, name: str) -> Cluster:
+        for cluster in self.clusters:
+            if cluster.name == name:
+                return cluster
+        raise KeyError(name)
+
+
+# --- loading ---------------------------------------------------------------------------------
+
+
+def _place(loc: tuple[Any, ...]) -> str:
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        elif part in ("parquet", "prometheus") and out.endswith("source"):
+            continue  # the discriminated-union tag pydantic inserts
+        else:
+            out += ("." if out else "") + str(part)
+    return out
+
+
+def _line_numbers(text: str) -> dict[str, int]:
+    """Map each place (`tenants[2].namespaces[0]`) in the YAML text to its 1-based line."""
+    lines: dict[str, int] = {}
+    try:
+        root = yaml.compose(text, Loader=yaml.SafeLoader)
+    except yaml.YAMLError:
+        return lines
+
+    def walk(node: yaml.Node, place: str) -> None:
+        lines.setdefault(place, node.start_mark.line + 1)
+        if isinstance(node, yaml.MappingNode):
+            for key, value in node.value:
+                child = f"{place}.{key.value}" if place else str(key.value)
+                lines[child] = key.start_mark.line + 1
+                walk(value, child)
+        elif isinstance(node, yaml.SequenceNode):
+            for index, item in enumerate(node.value):
+                walk(item, f"{place}[{index}]")
+
+    if root is not None:
+        walk(root, "")
+    return lines
+
+
+def parse_config(text: str, source: str = "<config>", base_dir: Path | None = None) -> Config:
+    """Parse and validate; every problem is reported with its place (and line) in the file."""
+    try:
+        raw = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        raise ConfigError(source, [(where, f"not valid YAML: {getattr(exc, 'problem', exc)}")]) from None
+    if not isinstance(raw, dict):
+        raise ConfigError(source, [("", "the file must be a YAML mapping (see examples/demo-config.yaml)")])
+    try:
+        config = Config.model_validate(raw)
+    except ValidationError as exc:
+        lines = _line_numbers(text)
+        problems = []
+        for err in exc.errors():
+            place = _place(err["loc"])
+            line = lines.get(place)
+            if line is None:  # a missing field: point at its parent
+                parent = place.rsplit(".", 1)[0] if "." in place else ""
+                line = lines.get(parent)
+            label = f"{place} (line {line})" if line else place
+            problems.append((label, err["msg"].removeprefix("Value error, ")))
+        raise ConfigError(source, problems) from None
+    if base_dir is not None:
+        config = _resolve_paths(config, base_dir)
+    return config
+
+
+def _resolve_paths(config: Config, base_dir: Path) -> Config:
+    """Relative paths in the file are relative to the file, so a config works from any directory."""
+
+    def resolve(path: str | None) -> str | None:
+        if path is None or "://" in path or os.path.isabs(os.path.expanduser(path)):
+            return path
+        return str((base_dir / path).resolve())
+
+    clusters = []
+    for cluster in config.clusters:
+        source = cluster.source
+        if isinstance(source, ParquetSource):
+            source = source.model_copy(update={"path": resolve(source.path)})
+        else:
+            source = source.model_copy(
+                update={
+                    "claims_file": resolve(source.claims_file),
+                    "slices_file": resolve(source.slices_file),
+                    "kubeconfig": resolve(source.kubeconfig),
+                }
+            )
+        clusters.append(cluster.model_copy(update={"source": source}))
+    warehouse = config.warehouse.model_copy(update={"path": resolve(config.warehouse.path)})
+    return config.model_copy(update={"clusters": clusters, "warehouse": warehouse})
+
+
+def load_config(path: str | os.PathLike[str]) -> Config:
+    file = Path(path)
+    try:
+        text = file.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError(str(file), [("", "file not found; `gpumeter demo` writes an example config")]) from None
+    return parse_config(text, source=str(file), base_dir=file.resolve().parent)
+
+
+def config_warnings(config: Config) -> list[tuple[str, str]]:
+    """Problems that do not stop a run but that finance should know of (R7 overlaps, R8 premiums)."""
+    warnings: list[tuple[str, str]] = []
+    # R7: within one rule kind the first tenant in file order wins; an overlap is a warning.
+    for i, first in enumerate(config.tenants):
+        for j in range(i + 1, len(config.tenants)):
+            second = config.tenants[j]
+            for a, pa_ in enumerate(first.namespaces):
+                for b, pb in enumerate(second.namespaces):
+                    if _globs_overlap(pa_, pb):
+                        warnings.append(
+                            (
+                                f"tenants[{j}].namespaces[{b}]",
+                                f"{pb!r} overlaps {pa_!r} of tenant {first.name!r} (tenants[{i}].namespaces[{a}]), "
+                                f"which wins for the namespaces both match",
+                            )
+                        )
+            for b, vc in enumerate(second.vclusters):
+                if vc in first.vclusters:
+                    warnings.append(
+                        (f"tenants[{j}].vclusters[{b}]", f"vCluster {vc!r} is also tenant {first.name!r}'s, which wins")
+                    )
+            for b, rule in enumerate(second.pod_labels):
+                for other in first.pod_labels:
+                    if rule.metric_label == other.metric_label and _globs_overlap(rule.value, other.value):
+                        warnings.append(
+                            (
+                                f"tenants[{j}].pod_labels[{b}]",
+                                f"{rule.key}={rule.value} overlaps {other.key}={other.value} of tenant "
+                                f"{first.name!r}, which wins",
+                            )
+                        )
+    for m, model in enumerate(config.rate_card.models):
+        if model.price_per_gpu_hour is None and config.rate_card.price_source == "rate_card":
+            warnings.append((f"rate_card.models[{m}].price_per_gpu_hour", "no price: GPUs of this model stop the run"))
+    return warnings
+
+
+def _globs_overlap(a: str, b: str) -> bool:
+    """Whether two shell globs can match one name: exact for literals, conservative for two globs."""
+    a_glob, b_glob = any(c in a for c in "*?["), any(c in b for c in "*?[")
+    if not a_glob and not b_glob:
+        return a == b
+    if not a_glob:
+        return fnmatch.fnmatchcase(a, b)
+    if not b_glob:
+        return fnmatch.fnmatchcase(b, a)
+    # Both globs: compare their literal prefixes; overlapping prefixes can match a common name.
+    pa_, pb = re.split(r"[*?\[]", a, maxsplit=1)[0], re.split(r"[*?\[]", b, maxsplit=1)[0]
+    return pa_.startswith(pb) or pb.startswith(pa_)
+
+
+def config_schema() -> dict[str, Any]:
+    return Config.model_json_schema()

@@ -1,0 +1,91 @@
+"""Read-side summaries of the warehouse: what the CLI prints (and the dashboard will show)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import date
+from decimal import Decimal
+
+from metering.config import IDLE, UNALLOCATED
+from metering.warehouse import Warehouse
+
+CATEGORIES = (
+    "allocated_active",
+    "allocated_idle",
+    "unallocated",
+    "mig_unpartitioned",
+    "unschedulable",
+    "unhealthy",
+)
+
+
+@dataclass(frozen=True)
+class TenantCharge:
+    tenant: str
+    cost_center: str | None
+    gpu_hours: float
+    used_gpu_hours: float
+    amount: Decimal
+
+    @property
+    def efficiency(self) -> float | None:
+        return self.used_gpu_hours / self.gpu_hours if self.gpu_hours else None
+
+
+@dataclass(frozen=True)
+class PoolSummary:
+    first_day: date
+    last_day: date
+    days: int
+    pool_cost: Decimal
+    observed_gpu_hours: float
+    unobserved_gpu_hours: float
+    charges: list[TenantCharge]  # tenants first, then __unallocated__ and __idle__
+    capacity_hours: dict[str, float]  # R11 category -> GPU-hours
+
+    @property
+    def charged(self) -> Decimal:
+        return sum((c.amount for c in self.charges), Decimal(0))
+
+    @property
+    def stranded_hours(self) -> float:
+        return sum(v for k, v in self.capacity_hours.items() if k != "allocated_active")
+
+
+def pool_summary(warehouse: Warehouse, first_day: date, last_day: date) -> PoolSummary:
+    con = warehouse.connect()
+    params = [first_day, last_day]
+    pool_cost, observed, days = con.execute(
+        "select coalesce(sum(pool_cost), 0), coalesce(sum(observed_gpu_seconds), 0) / 3600, count(distinct day) "
+        "from pool_daily_cost where day between ? and ?",
+        params,
+    ).fetchone()
+    unobserved = con.execute(
+        "select coalesce(sum(unobserved_gpu_seconds), 0) / 3600 from data_quality where day between ? and ?", params
+    ).fetchone()[0]
+    rows = con.execute(
+        """
+        select tenant, any_value(cost_center), sum(gpu_seconds) / 3600, sum(busy_gpu_seconds) / 3600, sum(amount)
+        from tenant_daily_cost where day between ? and ?
+        group by tenant
+        order by case tenant when ? then 1 when ? then 2 else 0 end, tenant
+        """,
+        [*params, UNALLOCATED, IDLE],
+    ).fetchall()
+    categories = dict(
+        con.execute(
+            "select category, sum(gpu_seconds) / 3600 from stranded_capacity where day between ? and ? group by 1",
+            params,
+        ).fetchall()
+    )
+    con.close()
+    return PoolSummary(
+        first_day,
+        last_day,
+        days,
+        Decimal(pool_cost),
+        float(observed),
+        float(unobserved),
+        [TenantCharge(t, cc, float(h), float(u), Decimal(a)) for t, cc, h, u, a in rows],
+        {c: float(categories.get(c, 0.0)) for c in CATEGORIES},
+    )

@@ -1,0 +1,1 @@
+"""Dagster definitions: thin shells over metering/."""

@@ -1,0 +1,111 @@
+"""Daily assets from raw samples through staging and intermediate models to marts, and the monthly
+invoice. Each asset body is a thin shell: the work is metering.accounting / metering.invoices."""
+
+
+from collections.abc import Iterator
+from datetime import date
+
+from dagster import (
+    AssetCheckResult,
+    AssetExecutionContext,
+    AssetKey,
+    AssetSpec,
+    MaterializeResult,
+    MetadataValue,
+    multi_asset,
+)
+
+from metering.accounting import load_models, lookback_ms
+from metering.runner import meter_partition_day, pull_raw_day, roll_up_month
+from pipelines import checks
+from pipelines.checks import CHECK_SPECS
+from pipelines.partitions import daily_partitions, monthly_partitions
+from pipelines.resources import GpumeterConfigResource
+
+RAW_GROUP = "raw"
+RAW_SPECS = [
+    AssetSpec("raw_dcgm_samples", group_name=RAW_GROUP, description="dcgm-exporter samples of the day."),
+    AssetSpec("raw_kube_samples", group_name=RAW_GROUP, description="kube-state-metrics and OpenCost samples."),
+    AssetSpec("raw_dra_allocations", group_name=RAW_GROUP, description="ResourceClaim allocations (DRA)."),
+    AssetSpec("raw_dra_devices", group_name=RAW_GROUP, description="ResourceSlice devices (DRA)."),
+]
+
+
+def _day(context: AssetExecutionContext) -> date:
+    return date.fromisoformat(context.partition_key)
+
+
+@multi_asset(specs=RAW_SPECS, partitions_def=daily_partitions, name="raw_samples")
+def raw_samples(context: AssetExecutionContext, gpumeter: GpumeterConfigResource) -> Iterator[MaterializeResult]:
+    """Pull one day of every cluster from its source and store it (with the lookback) in the raw zone."""
+    config = gpumeter.config
+    counts = pull_raw_day(
+        config,
+        gpumeter.warehouse,
+        _day(context),
+        source_for=gpumeter.source,
+        log=context.log.info,
+    )
+    for spec in RAW_SPECS:
+        name = spec.key.path[-1]
+        yield MaterializeResult(
+            asset_key=spec.key,
+            metadata={"rows": MetadataValue.int(counts.get(name, 0)), "lookback_ms": lookback_ms(config)},
+        )
+
+
+MODEL_SPECS = [
+    AssetSpec(
+        model.name,
+        group_name=model.layer,
+        description=model.description,
+        deps=[AssetKey(dep) for dep in model.deps],
+        kinds={"duckdb", "python" if model.sql is None else "sql"},
+    )
+    for model in load_models()
+]
+
+
+@multi_asset(
+    specs=MODEL_SPECS,
+    check_specs=CHECK_SPECS,
+    partitions_def=daily_partitions,
+    name="day_accounting",
+    can_subset=False,
+)
+def day_accounting(
+    context: AssetExecutionContext, gpumeter: GpumeterConfigResource
+) -> Iterator[MaterializeResult | AssetCheckResult]:
+    """Run every SQL model for the day in one DuckDB session; each model replaces its day's file (R15)."""
+    counts, results = meter_partition_day(gpumeter.config, gpumeter.warehouse, _day(context), log=context.log.info)
+    for model in load_models():
+        yield MaterializeResult(asset_key=model.name, metadata={"rows": MetadataValue.int(counts.get(model.name, 0))})
+    yield from checks.evaluate(results, gpumeter.config)
+
+
+@multi_asset(
+    specs=[
+        AssetSpec(
+            "invoice_lines",
+            group_name="invoices",
+            description="Monthly invoice lines per tenant (R12, R14), rolled up from the month's days.",
+            deps=["mart_tenant_daily_cost", "mart_pool_daily_cost"],
+            kinds={"python", "csv"},
+        )
+    ],
+    partitions_def=monthly_partitions,
+    name="monthly_invoice",
+)
+def monthly_invoice(context: AssetExecutionContext, gpumeter: GpumeterConfigResource) -> Iterator[MaterializeResult]:
+    summary = roll_up_month(gpumeter.config, gpumeter.warehouse, context.partition_key)
+    yield MaterializeResult(
+        asset_key="invoice_lines",
+        metadata={
+            "lines": MetadataValue.int(summary.line_count),
+            "days": MetadataValue.int(summary.day_count),
+            "pool_cost": MetadataValue.float(float(summary.reconciliation.pool_cost)),
+            "invoiced_rounded": MetadataValue.float(float(summary.reconciliation.lines_rounded)),
+            "reconciles": MetadataValue.bool(summary.reconciliation.ok),
+            "exports": MetadataValue.json([str(p) for p in summary.exports]),
+        },
+    )

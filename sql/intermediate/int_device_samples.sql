@@ -1,0 +1,54 @@
+-- One row per billable device sample (R1, R3): a whole GPU, or one MIG instance. vgpu copies of one
+-- device collapse into one row (R6); a MIG GPU's GPU-level series are not a device.
+with device_samples as (
+    select
+        s.cluster,
+        s.ts_ms,
+        s.device_id,
+        s.uuid,
+        s.gpu_i_id,
+        min(s.node) as node,
+        min(s.model_name) as model_name,
+        min(s.mig_profile) as mig_profile,
+        max(s.gr_engine_active) as gr_engine_active,
+        max(s.gpu_util_pct) as gpu_util_pct,
+        max(s.fb_used_mib) as fb_used_mib
+    from stg_dcgm_samples as s
+    join int_gpu_samples as g on g.uuid = s.uuid and g.ts_ms = s.ts_ms
+    where s.in_day and g.is_mig = (s.gpu_i_id is not null)
+    group by s.cluster, s.ts_ms, s.device_id, s.uuid, s.gpu_i_id
+)
+select
+    d.cluster,
+    d.ts_ms,
+    d.device_id,
+    d.uuid,
+    d.gpu_i_id,
+    d.node,
+    d.model_name,
+    c.gpu_model,
+    d.mig_profile,
+    c.compute_slices,
+    c.weight,
+    c.device_price_per_hour,
+    -- R10: GR_ENGINE_ACTIVE where present, else GPU_UTIL / 100; clamped to [0, 1].
+    least(greatest(coalesce(d.gr_engine_active, d.gpu_util_pct / 100.0), 0.0), 1.0) as busy,
+    d.fb_used_mib,
+    g.unhealthy,
+    g.energy_joules * c.weight as energy_joules,
+    coalesce(
+        ns.ts_ms is not null
+        and d.ts_ms - ns.ts_ms <= getvariable('lookback_ms')
+        and (
+            ns.cordoned
+            or ns.not_ready
+            or ns.free_cpu_cores < getvariable('min_free_cpu_cores')
+            or ns.free_memory_bytes < getvariable('min_free_memory_bytes')
+        ),
+        false
+    ) as unschedulable
+from device_samples as d
+join int_gpu_samples as g on g.uuid = d.uuid and g.ts_ms = d.ts_ms
+join int_device_classes as c
+    on c.model_name = d.model_name and c.mig_profile is not distinct from d.mig_profile
+asof left join stg_kube_node_states as ns on ns.node = d.node and d.ts_ms >= ns.ts_ms

@@ -1,0 +1,48 @@
+-- One row per observed GPU sample (R4): a GPU is observed at a sample time when any series of it, the
+-- device itself or any MIG instance, has a sample then. Carries the GPU's health and energy (R10, R11).
+with gpu_modes as (
+    -- A GPU is MIG-partitioned for the day when any of its series carries a GPU instance id.
+    select uuid, bool_or(gpu_i_id is not null) as is_mig
+    from stg_dcgm_samples
+    where in_day
+    group by uuid
+),
+gpu_samples as (
+    select
+        s.cluster,
+        s.ts_ms,
+        s.in_day,
+        min(s.node) as node,
+        s.uuid,
+        min(s.model_name) as model_name,
+        m.is_mig,
+        coalesce(max(s.xid_error), 0) <> 0 as unhealthy,
+        -- Energy is a GPU-level counter: vgpu copies repeat it, MIG instances may lack it.
+        max(s.energy_mj) filter (where s.gpu_i_id is null) as energy_mj
+    from stg_dcgm_samples as s
+    join gpu_modes as m on m.uuid = s.uuid
+    group by s.cluster, s.ts_ms, s.in_day, s.uuid, m.is_mig
+),
+energy_deltas as (
+    select
+        *,
+        energy_mj - lag(energy_mj ignore nulls) over (partition by uuid order by ts_ms) as energy_step_mj
+    from gpu_samples
+)
+select
+    cluster,
+    ts_ms,
+    node,
+    uuid,
+    model_name,
+    is_mig,
+    unhealthy,
+    -- A counter that went down was reset (driver reload): the new value is what accrued since (R10).
+    case
+        when energy_mj is null then 0
+        when energy_step_mj is null then 0
+        when energy_step_mj >= 0 then energy_step_mj / 1000.0
+        else energy_mj / 1000.0
+    end as energy_joules
+from energy_deltas
+where in_day

@@ -1,0 +1,72 @@
+-- Grain: day × node. Coverage (observed vs expected GPU-seconds, R4), unobserved GPU-seconds (reported,
+-- never billed) and the over-booking figures the asset checks read.
+with observed as (
+    select cluster, node, count(*) * getvariable('scrape_s') as observed_gpu_seconds,
+           count(distinct uuid) as observed_gpus
+    from int_gpu_samples
+    group by all
+),
+expected as (
+    select cluster, node, sum(expected_gpus) * getvariable('scrape_s') as expected_gpu_seconds,
+           max(expected_gpus) as expected_gpus
+    from stg_kube_node_states
+    where in_day and expected_gpus is not null
+    group by all
+),
+share_sums as (
+    select device_id, ts_ms, sum(share) as share_sum
+    from int_device_holders
+    group by all
+),
+overbooked_holders as (
+    select d.node, max(s.share_sum) as max_holder_share_sum,
+           count(*) filter (where s.share_sum > 1 + 1e-9) as overbooked_device_samples
+    from share_sums as s
+    join int_device_samples as d on d.device_id = s.device_id and d.ts_ms = s.ts_ms
+    group by all
+),
+mig_weights as (
+    select node, uuid, ts_ms, sum(weight) as weight_sum
+    from int_device_samples
+    where gpu_i_id is not null
+    group by all
+),
+overbooked_mig as (
+    select node, max(weight_sum) as max_mig_weight_sum,
+           count(*) filter (where weight_sum > 1 + 1e-9) as overbooked_mig_samples
+    from mig_weights
+    group by all
+),
+unmapped as (
+    select node, count(distinct namespace) as unmapped_namespaces,
+           sum(device_seconds) as unmapped_device_seconds
+    from mart_device_seconds
+    where tenant = '__unallocated__'
+    group by all
+),
+nodes as (
+    select cluster, node from observed
+    union
+    select cluster, node from expected
+)
+select
+    n.cluster,
+    getvariable('day')::date as day,
+    n.node,
+    coalesce(o.observed_gpus, 0) as observed_gpus,
+    e.expected_gpus,
+    coalesce(o.observed_gpu_seconds, 0) as observed_gpu_seconds,
+    coalesce(e.expected_gpu_seconds, o.observed_gpu_seconds, 0) as expected_gpu_seconds,
+    greatest(coalesce(e.expected_gpu_seconds, 0) - coalesce(o.observed_gpu_seconds, 0), 0) as unobserved_gpu_seconds,
+    coalesce(h.max_holder_share_sum, 0) as max_holder_share_sum,
+    coalesce(h.overbooked_device_samples, 0) as overbooked_device_samples,
+    coalesce(m.max_mig_weight_sum, 0) as max_mig_weight_sum,
+    coalesce(m.overbooked_mig_samples, 0) as overbooked_mig_samples,
+    coalesce(u.unmapped_namespaces, 0) as unmapped_namespaces,
+    coalesce(u.unmapped_device_seconds, 0) as unmapped_device_seconds
+from nodes as n
+left join observed as o on o.node = n.node
+left join expected as e on e.node = n.node
+left join overbooked_holders as h on h.node = n.node
+left join overbooked_mig as m on m.node = n.node
+left join unmapped as u on u.node = n.node

@@ -1,0 +1,12 @@
+-- ResourceClaim allocation results × reservedFor pods (R5), deduplicated over snapshots.
+select distinct
+    cluster,
+    claim_namespace,
+    claim_name,
+    driver,
+    pool,
+    device,
+    reserved_pod
+from raw_dra_allocations
+where cluster = getvariable('cluster')
+  and reserved_pod is not null

@@ -1,0 +1,67 @@
+-- One row per node sample of kube-state-metrics: schedulability inputs for R11 and GPU capacity for R4.
+with node_series as (
+    select
+        cluster,
+        ts_ms,
+        labels ->> 'node' as node,
+        metric,
+        labels ->> 'resource' as resource,
+        labels ->> 'condition' as condition,
+        labels ->> 'status' as status,
+        labels ->> 'label_nvidia_com_gpu_count' as gpu_count_label,
+        value
+    from raw_kube_samples
+    where cluster = getvariable('cluster')
+      and metric in (
+          'kube_node_spec_unschedulable', 'kube_node_status_condition', 'kube_node_status_capacity',
+          'kube_node_status_allocatable', 'kube_node_labels'
+      )
+      and ts_ms >= getvariable('window_start_ms')
+      and ts_ms < getvariable('day_end_ms')
+),
+pod_requests as (
+    select
+        ts_ms,
+        labels ->> 'node' as node,
+        sum(value) filter (where labels ->> 'resource' = 'cpu') as requested_cpu_cores,
+        sum(value) filter (where labels ->> 'resource' = 'memory') as requested_memory_bytes
+    from raw_kube_samples
+    where cluster = getvariable('cluster')
+      and metric = 'kube_pod_container_resource_requests'
+      and ts_ms >= getvariable('window_start_ms')
+      and ts_ms < getvariable('day_end_ms')
+    group by all
+),
+node_states as (
+    select
+        cluster,
+        ts_ms,
+        node,
+        bool_or(metric = 'kube_node_spec_unschedulable' and value = 1) as cordoned,
+        -- NotReady: the Ready condition's "true" series is 0 (status false or unknown).
+        bool_or(metric = 'kube_node_status_condition' and condition = 'Ready' and status = 'true' and value = 0)
+            as not_ready,
+        max(value) filter (where metric = 'kube_node_status_capacity' and resource = 'nvidia_com_gpu')
+            as capacity_whole_gpus,
+        max(try_cast(gpu_count_label as double)) filter (where metric = 'kube_node_labels') as labelled_gpus,
+        max(value) filter (where metric = 'kube_node_status_allocatable' and resource = 'cpu')
+            as allocatable_cpu_cores,
+        max(value) filter (where metric = 'kube_node_status_allocatable' and resource = 'memory')
+            as allocatable_memory_bytes
+    from node_series
+    group by all
+)
+select
+    n.cluster,
+    n.ts_ms,
+    n.ts_ms >= getvariable('day_start_ms') as in_day,
+    n.node,
+    n.cordoned,
+    n.not_ready,
+    -- Physical GPUs: GPU feature discovery's count where present (MIG mixed strategy hides MIG GPUs from
+    -- nvidia_com_gpu), else the node's nvidia_com_gpu capacity.
+    coalesce(n.labelled_gpus, n.capacity_whole_gpus) as expected_gpus,
+    n.allocatable_cpu_cores - coalesce(r.requested_cpu_cores, 0) as free_cpu_cores,
+    n.allocatable_memory_bytes - coalesce(r.requested_memory_bytes, 0) as free_memory_bytes
+from node_states as n
+left join pod_requests as r on r.node = n.node and r.ts_ms = n.ts_ms

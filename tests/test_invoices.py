@@ -1,0 +1,152 @@
+"""Invoice roll-up, rounding (R12), lines (R14) and the CSV output contract."""
+
+from datetime import date
+from decimal import Decimal
+
+import pyarrow as pa
+import pytest
+
+from metering.config import parse_config
+from metering.invoices import (
+    INVOICE_COLUMNS,
+    InvoiceError,
+    Period,
+    build_invoice_lines,
+    invoice_csv,
+    neutralize,
+    reconcile,
+    round_money,
+    write_invoice_csvs,
+)
+
+CONFIG = """
+clusters: [{{name: c1, source: {{kind: parquet, path: /nonexistent}}}}]
+currency: {currency}
+rate_card: {{models: [{{model: H100-80GB, price_per_gpu_hour: 4.0}}]}}
+tenants:
+  - {{name: ml-training, cost_center: CC-1, namespaces: [training]}}
+  - {{name: serving, cost_center: CC-2, namespaces: [inference]}}
+"""
+
+DEC = pa.decimal128(38, 12)
+
+
+def config(currency: str = "USD"):
+    return parse_config(CONFIG.format(currency=currency))
+
+
+def daily(rows: list[tuple]) -> pa.Table:
+    """rows: (day, tenant, charge_type, gpu_model, mig_profile, device_seconds, gpu_seconds, amount)."""
+    cols = list(zip(*rows, strict=True))
+    return pa.table(
+        {
+            "day": pa.array(cols[0], pa.date32()),
+            "tenant": pa.array(cols[1]),
+            "cost_center": pa.array([None] * len(rows), pa.string()),
+            "charge_type": pa.array(cols[2]),
+            "gpu_model": pa.array(cols[3]),
+            "mig_profile": pa.array(cols[4], pa.string()),
+            "device_seconds": pa.array([Decimal(v) for v in cols[5]], DEC),
+            "gpu_seconds": pa.array([Decimal(v) for v in cols[6]], DEC),
+            "amount": pa.array([Decimal(v) for v in cols[7]], DEC),
+        }
+    )
+
+
+def test_round_half_even_r12() -> None:
+    assert round_money(Decimal("0.125"), 2) == Decimal("0.12")
+    assert round_money(Decimal("0.135"), 2) == Decimal("0.14")
+    assert round_money(Decimal("-0.125"), 2) == Decimal("-0.12")
+    assert round_money(Decimal("2.5"), 0) == Decimal("2")
+    assert round_money(Decimal("3.5"), 0) == Decimal("4")
+
+
+def test_month_is_sum_of_days_and_lines_per_charge_model_profile_r2_r14() -> None:
+    rows = [
+        (date(2026, 11, 1), "ml-training", "reserved", "H100-80GB", None, "3600", "3600", "4.000000000001"),
+        (date(2026, 11, 2), "ml-training", "reserved", "H100-80GB", None, "3600", "3600", "4"),
+        (date(2026, 11, 2), "ml-training", "reserved", "H100-80GB", "3g.40gb", "3600", "1542.857142857143", "1.714285714286"),
+        (date(2026, 11, 2), "__idle__", "idle", "H100-80GB", None, "0", "1800", "2.005"),
+        (date(2026, 12, 1), "ml-training", "reserved", "H100-80GB", None, "3600", "3600", "4"),  # other month
+    ]
+    lines = build_invoice_lines(daily(rows), config(), Period.parse("2026-11"))
+    as_rows = lines.to_pylist()
+    assert [(r["tenant"], r["mig_profile"]) for r in as_rows] == [
+        ("ml-training", ""),
+        ("ml-training", "3g.40gb"),
+        ("__idle__", ""),
+    ]
+    whole = as_rows[0]
+    assert whole["invoice_id"] == "INV-2026-11-ML-TRAINING"
+    assert whole["cost_center"] == "CC-1"  # from the config
+    assert whole["period_start"] == "2026-11-01T00:00:00Z"
+    assert whole["period_end"] == "2026-12-01T00:00:00Z"
+    assert whole["device_hours"] == Decimal(2)
+    assert whole["amount"] == Decimal("8.00")
+    assert whole["unit_price"] == Decimal("4.000000000")
+    mig = as_rows[1]
+    assert mig["gpu_hours"] == Decimal("0.428571429")  # 3/7 of an hour, GPU-equivalents
+    assert mig["amount"] == Decimal("1.71")
+    assert as_rows[2]["amount"] == Decimal("2.00")  # 2.005 half-even -> 2.00
+
+
+def test_minor_unit_of_currency_r12() -> None:
+    rows = [(date(2026, 11, 1), "serving", "reserved", "H100-80GB", None, "3600", "3600", "412.5")]
+    lines = build_invoice_lines(daily(rows), config("JPY"), Period.parse("2026-11"))
+    assert lines.column("amount").to_pylist() == [Decimal("412")]
+    csv_text = invoice_csv(lines, 0)
+    assert csv_text.splitlines()[1].split(",")[11] == "412"
+
+
+def test_csv_output_contract_and_files(tmp_path) -> None:
+    rows = [
+        (date(2026, 11, 1), "ml-training", "reserved", "H100-80GB", None, "3600", "3600", "4"),
+        (date(2026, 11, 1), "serving", "reserved", "H100-80GB", None, "1800", "1800", "2"),
+        (date(2026, 11, 1), "__unallocated__", "reserved", "H100-80GB", None, "900", "900", "1"),
+        (date(2026, 11, 1), "__idle__", "idle", "H100-80GB", None, "0", "900", "1"),
+    ]
+    period = Period.parse("2026-11")
+    lines = build_invoice_lines(daily(rows), config(), period)
+    paths = write_invoice_csvs(lines, config(), period, tmp_path)
+    names = sorted(p.name for p in paths)
+    assert names == [
+        "invoice_lines_2026-11_all.csv",
+        "invoice_lines_2026-11_ml-training.csv",
+        "invoice_lines_2026-11_serving.csv",
+    ]
+    all_lines = (tmp_path / "invoice_lines_2026-11_all.csv").read_text().splitlines()
+    assert all_lines[0] == ",".join(INVOICE_COLUMNS)
+    assert len(all_lines) == 5
+    assert any(line.split(",")[1] == "__idle__" for line in all_lines[1:])
+    serving = (tmp_path / "invoice_lines_2026-11_serving.csv").read_text().splitlines()
+    assert len(serving) == 2 and serving[1].split(",")[1] == "serving"
+    assert serving[1].split(",")[-2:] == ["2.00", "USD"]
+
+
+def test_formula_injection_is_neutralized() -> None:
+    assert neutralize("=HYPERLINK(1)") == "'=HYPERLINK(1)"
+    assert neutralize("+1") == "'+1"
+    assert neutralize("-1") == "'-1"
+    assert neutralize("@SUM(A1)") == "'@SUM(A1)"
+    assert neutralize("ml-training") == "ml-training"
+
+
+def test_reconciliation_after_rounding_r13() -> None:
+    rows = [
+        (date(2026, 11, 1), "ml-training", "reserved", "H100-80GB", None, "10", "10", "0.335"),
+        (date(2026, 11, 1), "serving", "reserved", "H100-80GB", None, "10", "10", "0.335"),
+        (date(2026, 11, 1), "__idle__", "idle", "H100-80GB", None, "0", "10", "0.33"),
+    ]
+    lines = build_invoice_lines(daily(rows), config(), Period.parse("2026-11"))
+    pool = pa.table({"day": pa.array([date(2026, 11, 1)], pa.date32()), "pool_cost": pa.array([Decimal("1.0")], DEC)})
+    rec = reconcile(lines, pool, Period.parse("2026-11"), 2)
+    assert rec.exact
+    assert rec.lines_rounded == Decimal("1.01")  # 0.34 + 0.34 + 0.33: the rounding shows, within tolerance
+    assert rec.within_rounding and rec.ok
+
+
+def test_period_parsing() -> None:
+    assert Period.parse("2026-12").end == date(2027, 1, 1)
+    assert len(Period.parse("2028-02").days()) == 29
+    with pytest.raises(InvoiceError, match="YYYY-MM"):
+        Period.parse("2026-13")
