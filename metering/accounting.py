@@ -250,7 +250,10 @@ def meter_day(
                         con.execute(f"create temp table {model.name} as {model.sql}")
                     except duckdb.Error as exc:
                         raise AccountingError(f"model {model.layer}/{model.name}.sql failed: {exc}") from exc
-                results[model.name] = con.sql(f"select * from {model.name}").to_arrow_table()
+                # Marts are read by people and diffed by finance: a stable row order makes a re-run's
+                # files identical to the byte (R15). Larger intermediate tables keep the engine's order.
+                order = " order by all" if model.layer == "marts" else ""
+                results[model.name] = con.sql(f"select * from {model.name}{order}").to_arrow_table()
                 if on_model:
                     on_model(model)
         return results

@@ -117,8 +117,9 @@ def resolve_device_class(
         )
     if mig_profile is None:
         return DeviceClass(model_name, gpu_model, None, None, None, 1.0, gpu_price, gpu_price)
-    compute, memory, _ = mig_slices(config, model_name, mig_profile)
-    weight = compute / 7 if config.rate_card.mig_weight == "compute" else memory / 8
+    compute, memory, from_catalog = mig_slices(config, model_name, mig_profile)
+    # R3: a profile outside the catalog weighs N/7 under either mig_weight (its memory slices are unknown).
+    weight = compute / 7 if config.rate_card.mig_weight == "compute" or not from_catalog else memory / 8
     override = rate.mig_profiles.get(mig_profile) if rate else None
     if override is None and rate is not None:
         override = rate.mig_profiles.get(mig_profile.removesuffix("+me"))

@@ -126,6 +126,7 @@ def print_summary(config_path: Path, first: date, last: date) -> bool:
         f"{summary.unobserved_gpu_hours:,.1f} unobserved (not billed, R4)"
     )
     charges = Table(title="Charges (R9)", title_justify="left")
+    # Bucket names must stay whole: __unallocated__ is a line finance looks for.
     for column, justify in (
         ("tenant", "left"),
         ("cost center", "left"),
@@ -134,7 +135,7 @@ def print_summary(config_path: Path, first: date, last: date) -> bool:
         ("amount", "right"),
         ("share", "right"),
     ):
-        charges.add_column(column, justify=justify)  # type: ignore[arg-type]
+        charges.add_column(column, justify=justify, no_wrap=True)  # type: ignore[arg-type]
     for charge in summary.charges:
         share = float(charge.amount / summary.pool_cost) if summary.pool_cost else 0.0
         eff = f"{charge.efficiency:.0%}" if charge.efficiency is not None and charge.tenant != "__idle__" else ""
@@ -254,8 +255,12 @@ def cmd_demo(args: argparse.Namespace) -> int:
     spec = simulator.demo_spec()
     if args.days:
         spec = simulator.FactorySpec(**{**spec.__dict__, "days": args.days})
-    os.environ.setdefault("DAGSTER_HOME", str((out / "dagster").resolve()))
-    Path(os.environ["DAGSTER_HOME"]).mkdir(parents=True, exist_ok=True)
+    if "DAGSTER_HOME" not in os.environ:  # record the demo's runs where `make dagster-ui` shows them
+        home = (out / "dagster").resolve()
+        home.mkdir(parents=True, exist_ok=True)
+        if not (home / "dagster.yaml").exists():
+            (home / "dagster.yaml").write_text("telemetry:\n  enabled: false\n", encoding="utf-8")
+        os.environ["DAGSTER_HOME"] = str(home)
     console.print(f"[bold]gpumeter demo[/]: a simulated AI factory, {spec.days} days from {spec.start}, in {out}")
     with _progress() as progress:
         task = progress.add_task("simulating days", total=spec.days)

@@ -71,7 +71,12 @@ class ParquetRawSource:
         return RawDay(tables["raw_dcgm_samples"], tables["raw_kube_samples"], allocations, devices)
 
     def _k8s_objects(self, cluster: str, day: date) -> tuple[pa.Table, pa.Table]:
-        from metering.k8s_objects import K8sObjectError, load_k8s_json, parse_resource_claims, parse_resource_slices
+        from metering.k8s_objects import (
+            K8sObjectError,
+            load_k8s_json,
+            parse_resource_claims,
+            parse_resource_slices,
+        )
 
         claims, slices = [], []
         for d in (day - timedelta(days=1), day):

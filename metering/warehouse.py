@@ -116,10 +116,10 @@ class Warehouse:
             for table_dir in sorted(p for p in zone_dir.iterdir() if p.is_dir()):
                 if not any(table_dir.glob("**/data.parquet")):
                     continue
+                pattern = str(table_dir / "**" / "data.parquet").replace("'", "''")  # a view takes no parameters
                 con.execute(
                     f'CREATE OR REPLACE VIEW "{table_dir.name}" AS '
-                    f"SELECT * FROM read_parquet(?, hive_partitioning = false, union_by_name = true)",
-                    [str(table_dir / "**" / "data.parquet")],
+                    f"SELECT * FROM read_parquet('{pattern}', hive_partitioning = false, union_by_name = true)"
                 )
         return con
 

@@ -16,7 +16,6 @@ from dagster import (
 )
 
 from pipelines.assets import day_accounting, monthly_invoice, raw_samples
-from pipelines.partitions import daily_partitions, monthly_partitions
 from pipelines.resources import GpumeterConfigResource
 from pipelines.schedules import build_schedules
 
@@ -28,13 +27,11 @@ INVOICE_MONTH_JOB = "invoice_month"
 meter_day_job = define_asset_job(
     METER_DAY_JOB,
     selection=AssetSelection.assets(raw_samples, day_accounting),
-    partitions_def=daily_partitions,
     description="Pull one day of raw samples for every cluster and meter it through every model.",
 )
 invoice_month_job = define_asset_job(
     INVOICE_MONTH_JOB,
     selection=AssetSelection.assets(monthly_invoice),
-    partitions_def=monthly_partitions,
     description="Roll a month's days up to invoice lines and write the invoice CSVs.",
 )
 

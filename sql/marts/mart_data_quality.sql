@@ -14,7 +14,7 @@ expected as (
     group by all
 ),
 share_sums as (
-    select device_id, ts_ms, sum(share) as share_sum
+    select device_id, ts_ms, round(sum(share), 9) as share_sum  -- rounded: order-free (R1)
     from int_device_holders
     group by all
 ),
@@ -26,7 +26,7 @@ overbooked_holders as (
     group by all
 ),
 mig_weights as (
-    select node, uuid, ts_ms, sum(weight) as weight_sum
+    select node, uuid, ts_ms, round(sum(weight), 9) as weight_sum
     from int_device_samples
     where gpu_i_id is not null
     group by all
