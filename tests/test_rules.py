@@ -1,0 +1,694 @@
+"""Hand-computed cases, one or a few per accounting rule of METERING_SPEC.md (cited as `R<n>`).
+
+Unless a test says otherwise: Δ = 60 s, so one sample is 1/60 h; H100 costs 3.60/GPU-hour (0.06 a sample),
+A100-80GB 4.20/GPU-hour (0.07 a sample, so a 1/7 MIG slice is 0.01 a sample). Tenants: `team-a` owns
+namespace `ns-a`, `team-b` owns `ns-b`. Money and GPU-seconds are DECIMAL(38, 12): every per-sample term is
+rounded to 12 places before it is summed, and the expected values below are written out that way.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from datetime import date, timedelta
+from decimal import Decimal
+from typing import Any
+
+import pyarrow as pa
+import pytest
+import yaml
+
+from metering.accounting import AccountingError, meter_day
+from metering.catalog import CatalogWarning
+from metering.config import IDLE, UNALLOCATED, Config, parse_config
+from tests.builders import FactoryBuilder
+
+DAY = date(2026, 11, 1)
+H100 = "NVIDIA H100 80GB HBM3"
+A100 = "NVIDIA A100-SXM4-80GB"
+
+RATE_CARD: dict[str, Any] = {
+    "models": [
+        {"model": "H100-80GB", "aliases": [H100], "price_per_gpu_hour": 3.6},
+        {"model": "A100-80GB", "aliases": [A100], "price_per_gpu_hour": 4.2},
+    ]
+}
+TENANTS: list[dict[str, Any]] = [
+    {"name": "team-a", "namespaces": ["ns-a"]},
+    {"name": "team-b", "namespaces": ["ns-b"]},
+]
+
+P1 = ("ns-a", "p1", "main")
+P2 = ("ns-b", "p2", "main")
+
+
+def D(value: str | int) -> Decimal:
+    return Decimal(value)
+
+
+# --- helpers ---------------------------------------------------------------------------------
+
+
+def make_config(**overrides: Any) -> Config:
+    doc: dict[str, Any] = {
+        "clusters": [{"name": "c1", "source": {"kind": "parquet", "path": "/nonexistent"}}],
+        "scrape_interval_seconds": 60,
+        "rate_card": RATE_CARD,
+        "tenants": TENANTS,
+    }
+    doc.update(overrides)
+    return parse_config(yaml.safe_dump(doc))
+
+
+def factory(day: date = DAY) -> FactoryBuilder:
+    return FactoryBuilder("c1", day, scrape_s=60)
+
+
+def meter(f: FactoryBuilder, config: Config | None = None) -> dict[str, pa.Table]:
+    config = config or make_config()
+    assert config.scrape_interval_seconds == f.scrape_s
+    out = meter_day(f.build(), config, f.cluster, f.day)
+    assert_conserved(out)  # R13 holds on every case of this file
+    return out
+
+
+def rows(out: dict[str, pa.Table], model: str, **where: Any) -> list[dict[str, Any]]:
+    return [r for r in out[model].to_pylist() if all(r[k] == v for k, v in where.items())]
+
+
+def one(out: dict[str, pa.Table], model: str, **where: Any) -> dict[str, Any]:
+    found = rows(out, model, **where)
+    assert len(found) == 1, f"{model} {where}: {found}"
+    return found[0]
+
+
+def holder(out: dict[str, pa.Table], pod: str, **where: Any) -> dict[str, Any]:
+    return one(out, "mart_device_seconds", pod=pod, **where)
+
+
+def categories(out: dict[str, pa.Table], node: str | None = None) -> dict[str, Decimal]:
+    """R11 category -> GPU-seconds, for one node or the whole pool."""
+    parts: dict[str, Decimal] = defaultdict(Decimal)
+    for r in out["mart_stranded_capacity"].to_pylist():
+        if node is None or r["node"] == node:
+            parts[r["category"]] += r["gpu_seconds"]
+    return dict(parts)
+
+
+def charges(out: dict[str, pa.Table]) -> dict[tuple[str, str], Decimal]:
+    """(tenant, charge_type) -> amount of mart_tenant_daily_cost, over GPU models and MIG profiles."""
+    amounts: dict[tuple[str, str], Decimal] = defaultdict(Decimal)
+    for r in out["mart_tenant_daily_cost"].to_pylist():
+        amounts[(r["tenant"], r["charge_type"])] += r["amount"]
+    return dict(amounts)
+
+
+def pool_cost(out: dict[str, pa.Table]) -> Decimal:
+    return sum((r["pool_cost"] for r in out["mart_pool_daily_cost"].to_pylist()), D(0))
+
+
+def observed_gpu_seconds(out: dict[str, pa.Table], node: str | None = None) -> Decimal:
+    found = out["mart_pool_daily_cost"].to_pylist()
+    return sum((r["observed_gpu_seconds"] for r in found if node is None or r["node"] == node), D(0))
+
+
+def assert_conserved(out: dict[str, pa.Table]) -> None:
+    """R13: Σ tenants + __unallocated__ + __idle__ = pool cost, exactly (Decimal equality, before rounding);
+    R11: the categories sum to observed capacity exactly."""
+    total = sum((r["amount"] for r in out["mart_tenant_daily_cost"].to_pylist()), D(0))
+    assert total == pool_cost(out)
+    assert sum(categories(out).values(), D(0)) == observed_gpu_seconds(out)
+
+
+# --- R1 / R3 / R9: whole GPUs ----------------------------------------------------------------
+
+
+def test_r1_r9_whole_gpu_device_seconds_charge_and_pool_cost() -> None:
+    """R1: device-seconds = samples × Δ. R9: charge = Δ/3600 × price per sample; pool cost counts every observed
+    GPU sample, held or not; __idle__ is the difference."""
+    f = factory().gpu("n1", "GPU-1", H100).gpu("n1", "GPU-2", H100, index="1")
+    f.samples("GPU-1", range(5), util=50, pod=P1)
+    f.samples("GPU-2", range(3), util=0)
+    out = meter(f)
+
+    p1 = holder(out, "p1")
+    assert (p1["sample_count"], p1["device_seconds"], p1["gpu_seconds"]) == (5, D(300), D(300))
+    assert p1["reserved_cost"] == D("0.30")  # 5 × 60/3600 × 3.60
+    assert p1["busy_gpu_seconds"] == D(150)  # R10: 5 × 0.5 × 60
+    assert (p1["tenant"], p1["weight"]) == ("team-a", 1.0)
+
+    pool = one(out, "mart_pool_daily_cost", node="n1")
+    assert (pool["gpu_model"], pool["gpu_samples"], pool["observed_gpu_seconds"]) == ("H100-80GB", 8, D(480))
+    assert pool["pool_cost"] == D("0.48")  # 8 × 0.06
+    assert charges(out) == {("team-a", "reserved"): D("0.30"), (IDLE, "idle"): D("0.18")}
+
+
+def test_r1_a_duplicated_raw_sample_counts_once() -> None:
+    """R1: every raw sample is counted once and only once (an HA replica's copy of a sample is the sample)."""
+    f = factory().gpu("n1", "GPU-1", H100)
+    f.samples("GPU-1", [0, 0, 1], util=50, pod=P1)
+    out = meter(f)
+    assert holder(out, "p1")["device_seconds"] == D(120)
+    assert pool_cost(out) == D("0.12")
+
+
+# --- R3: MIG weights -------------------------------------------------------------------------
+
+
+def mig_gpu(f: FactoryBuilder, node: str = "n2", uuid: str = "GPU-M") -> FactoryBuilder:
+    """An A100-80GB cut into 3g.40gb (held by p1) + 2g.20gb (held by p2) + 1g.10gb (free), 2 samples."""
+    f.gpu(node, uuid, A100)
+    f.samples(uuid, range(2), gr=0.5, gpu_i_id="1", profile="3g.40gb", pod=P1)
+    f.samples(uuid, range(2), gr=0.5, gpu_i_id="2", profile="2g.20gb", pod=P2)
+    f.samples(uuid, range(2), gr=0.0, gpu_i_id="3", profile="1g.10gb")
+    return f
+
+
+def test_r3_mig_compute_weights_and_unpartitioned_remainder() -> None:
+    """R3 (mig_weight: compute): 3/7, 2/7, 1/7; R4/R11: the uncovered 1/7 is mig_unpartitioned capacity."""
+    out = meter(mig_gpu(factory()))
+
+    p1, p2 = holder(out, "p1"), holder(out, "p2")
+    assert (p1["mig_profile"], p1["weight"]) == ("3g.40gb", 3 / 7)
+    assert (p2["mig_profile"], p2["weight"]) == ("2g.20gb", 2 / 7)
+    assert p1["device_seconds"] == D(120)  # device-seconds are not weighted
+    assert p1["gpu_seconds"] == 2 * D("25.714285714286")  # 60 × 3/7 per sample
+    assert p2["gpu_seconds"] == 2 * D("17.142857142857")  # 60 × 2/7
+    assert p1["reserved_cost"] == D("0.06")  # 2 × 60/3600 × 3/7 × 4.20
+    assert p2["reserved_cost"] == D("0.04")
+
+    assert pool_cost(out) == D("0.14")  # the GPU once per sample, at the whole GPU's price
+    assert charges(out) == {
+        ("team-a", "reserved"): D("0.06"),
+        ("team-b", "reserved"): D("0.04"),
+        (IDLE, "idle"): D("0.04"),  # the free 1g + the unpartitioned 1/7
+    }
+    assert categories(out, "n2") == {
+        "allocated_active": 2 * (D("25.714285714286") + D("17.142857142857")),
+        "unallocated": 2 * D("8.571428571429"),  # the free 1g.10gb
+        "mig_unpartitioned": 2 * (D(60) - D("25.714285714286") - D("17.142857142857") - D("8.571428571429")),
+    }
+    unpartitioned = one(out, "mart_mig_slice_usage", mig_profile="unpartitioned")
+    assert unpartitioned["unpartitioned_slice_seconds"] == 2 * 60  # one of 7 slices, 2 samples
+
+
+def test_r3_mig_memory_weights() -> None:
+    """R3 (mig_weight: memory): 3g.40gb = 4/8, 2g.20gb = 2/8, 1g.10gb = 1/8; 1/8 unpartitioned."""
+    config = make_config(rate_card={**RATE_CARD, "mig_weight": "memory"})
+    out = meter(mig_gpu(factory()), config)
+
+    p1, p2 = holder(out, "p1"), holder(out, "p2")
+    assert (p1["weight"], p2["weight"]) == (0.5, 0.25)
+    assert (p1["gpu_seconds"], p2["gpu_seconds"]) == (D(60), D(30))  # 2 × 30, 2 × 15
+    assert (p1["reserved_cost"], p2["reserved_cost"]) == (D("0.07"), D("0.035"))  # 2 × 4.20/60 × 4/8, × 2/8
+    assert categories(out, "n2") == {
+        "allocated_active": D(90),
+        "unallocated": D(15),  # 2 × 60 × 1/8
+        "mig_unpartitioned": D(15),
+    }
+
+
+def test_r3_unknown_parseable_profile_weighs_n_over_7_with_a_warning() -> None:
+    """R3: `7g.79gb` is in no catalog but parses as <N>g.<M>gb: it weighs 7/7 = 1, with a warning."""
+    f = factory().gpu("n2", "GPU-M", A100)
+    f.samples("GPU-M", range(2), gr=0.5, gpu_i_id="0", profile="7g.79gb", pod=P1)
+    with pytest.warns(CatalogWarning, match=r"7g\.79gb"):
+        out = meter(f)
+    p1 = holder(out, "p1")
+    assert (p1["weight"], p1["gpu_seconds"], p1["reserved_cost"]) == (1.0, D(120), D("0.14"))
+    assert categories(out, "n2") == {"allocated_active": D(120), "mig_unpartitioned": D(0)}
+
+
+def test_r3_unknown_profile_weighs_n_over_7_under_memory_weight_too() -> None:
+    """R3: an unknown profile weighs N/7 whatever `mig_weight` says (its memory slices are unknown)."""
+    f = factory().gpu("n2", "GPU-M", A100)
+    f.samples("GPU-M", range(2), gr=0.5, gpu_i_id="1", profile="3g.39gb", pod=P1)
+    config = make_config(rate_card={**RATE_CARD, "mig_weight": "memory"})
+    with pytest.warns(CatalogWarning, match=r"3g\.39gb"):
+        out = meter(f, config)
+    p1 = holder(out, "p1")
+    assert p1["weight"] == 3 / 7
+    assert p1["reserved_cost"] == D("0.06")  # 2 × 4.20/60 × 3/7
+
+
+def test_r3_unparseable_profile_is_an_error_naming_it() -> None:
+    """R3: a profile that does not parse as <N>g.<M>gb stops the run, naming it."""
+    f = factory().gpu("n2", "GPU-M", A100)
+    f.sample("GPU-M", 0, gr=0.5, gpu_i_id="1", profile="half-gpu", pod=P1)
+    with pytest.raises(AccountingError, match="'half-gpu'"):
+        meter_day(f.build(), make_config(), "c1", DAY)
+
+
+def test_r8_explicit_mig_profile_price_overrides_the_weighted_price() -> None:
+    """R8: an explicit per-profile price (per instance-hour) replaces weight × GPU price for the holder; the
+    pool cost stays the GPU's price (R9)."""
+    a100 = {
+        "model": "A100-80GB",
+        "aliases": [A100],
+        "price_per_gpu_hour": 4.2,
+        "mig_profiles": {"3g.40gb": 2.4},
+    }
+    config = make_config(rate_card={"models": [RATE_CARD["models"][0], a100]})
+    out = meter(mig_gpu(factory()), config)
+    assert holder(out, "p1")["reserved_cost"] == D("0.08")  # 2 × 60/3600 × 2.40
+    assert holder(out, "p2")["reserved_cost"] == D("0.04")  # no override: 2 × 2/7 × 4.20 / 60
+    assert pool_cost(out) == D("0.14")
+    assert charges(out)[(IDLE, "idle")] == D("0.02")  # 0.14 − 0.08 − 0.04
+
+
+# --- R4: observed capacity -------------------------------------------------------------------
+
+
+def test_r4_gpu_level_series_of_a_mig_gpu_is_not_a_device() -> None:
+    """R4: a MIG GPU's GPU-level series (no GPU_I_ID) makes the GPU observed but is not a device: even with
+    pod labels it bills no one; a sample where only it exists is all mig_unpartitioned."""
+    f = factory().gpu("n2", "GPU-M", A100)
+    f.samples("GPU-M", range(3), energy=1000, pod=P2)  # GPU-level: power/energy/XID carry no GPU_I_ID
+    f.samples("GPU-M", range(2), gr=0.5, gpu_i_id="1", profile="3g.40gb", pod=P1)
+    out = meter(f)
+
+    assert {r["device_id"] for r in out["mart_device_seconds"].to_pylist()} == {"GPU-M/1"}
+    assert rows(out, "mart_device_seconds", pod="p2") == []
+    assert observed_gpu_seconds(out) == D(180)  # observed at 3 samples
+    assert pool_cost(out) == D("0.21")
+    assert categories(out, "n2") == {
+        "allocated_active": 2 * D("25.714285714286"),
+        "mig_unpartitioned": 2 * (D(60) - D("25.714285714286")) + D(60),
+    }
+    assert charges(out) == {("team-a", "reserved"): D("0.06"), (IDLE, "idle"): D("0.15")}
+
+
+def test_r4_unobserved_gpus_are_reported_not_billed() -> None:
+    """R4: GPUs kube-state-metrics reports (nvidia_com_gpu capacity, or the nvidia.com/gpu.count label) that
+    no device series shows are unobserved GPU-seconds in mart_data_quality, and cost nothing."""
+    f = factory().gpu("n1", "GPU-1", H100)
+    f.samples("GPU-1", range(4), util=50, pod=P1)
+    for i in range(4):
+        f.node_state("n1", i, gpus=2)  # 2 GPUs by capacity, 1 seen
+        f.node_state("n3", i, gpu_count_label=4)  # 4 GPUs by label, none seen
+    out = meter(f)
+
+    n1 = one(out, "mart_data_quality", node="n1")
+    assert (n1["observed_gpus"], n1["expected_gpus"]) == (1, 2)
+    assert (n1["observed_gpu_seconds"], n1["expected_gpu_seconds"]) == (240, 480)
+    assert n1["unobserved_gpu_seconds"] == 240
+    n3 = one(out, "mart_data_quality", node="n3")
+    assert (n3["observed_gpus"], n3["expected_gpus"], n3["unobserved_gpu_seconds"]) == (0, 4, 4 * 4 * 60)
+    assert pool_cost(out) == D("0.24")  # GPU-1 only
+    assert rows(out, "mart_pool_daily_cost", node="n3") == []
+
+
+def test_r4_outage_gap_bills_nothing_for_the_gap() -> None:
+    """R4/R1: samples missing for 3 scrapes (exporter down) are not capacity and not charged."""
+    f = factory().gpu("n1", "GPU-1", H100)
+    f.samples("GPU-1", [0, 1, 5], util=50, pod=P1)
+    out = meter(f)
+    assert holder(out, "p1")["device_seconds"] == D(180)
+    assert observed_gpu_seconds(out) == D(180)
+    assert charges(out) == {("team-a", "reserved"): D("0.18"), (IDLE, "idle"): D(0)}
+
+
+# --- R5: holders from DRA --------------------------------------------------------------------
+
+
+def test_r5_dra_claim_holds_a_whole_gpu_while_its_pod_is_running() -> None:
+    """R5: a pod-less series → ResourceSlice device by uuid → the claim's reservedFor pod, at the samples where
+    that pod is Running; afterwards (Succeeded) the GPU is free. A claim whose pod is Pending holds nothing."""
+    f = factory().gpu("n1", "GPU-1", H100).gpu("n1", "GPU-2", H100, index="1")
+    f.samples("GPU-1", range(4), util=50)
+    f.samples("GPU-2", range(4), util=50)
+    f.slice_device("n1", "gpu-0", uuid="GPU-1").slice_device("n1", "gpu-1", uuid="GPU-2")
+    f.claim("ns-a", "claim-1", pool="n1", device="gpu-0", reserved_pod="p-dra")
+    f.claim("ns-b", "claim-2", pool="n1", device="gpu-1", reserved_pod="p-pending")
+    for i in range(4):
+        f.pod_phase("ns-a", "p-dra", i, "Running" if i < 2 else "Succeeded")
+        f.pod_phase("ns-b", "p-pending", i, "Pending")
+    out = meter(f)
+
+    held = holder(out, "p-dra")
+    assert (held["device_id"], held["holder_source"], held["tenant"]) == ("GPU-1", "dra", "team-a")
+    assert (held["device_seconds"], held["reserved_cost"]) == (D(120), D("0.12"))
+    assert rows(out, "mart_device_seconds", pod="p-pending") == []
+    assert categories(out) == {"allocated_active": D(120), "unallocated": D(360)}
+    assert charges(out) == {("team-a", "reserved"): D("0.12"), (IDLE, "idle"): D("0.36")}
+
+
+def test_r5_dra_mig_device_by_parent_uuid_and_profile() -> None:
+    """R5: a MIG DRA device is found by parentUUID + profile (never by parsing its name)."""
+    f = factory().gpu("n2", "GPU-M", A100)
+    f.samples("GPU-M", range(2), gr=0.5, gpu_i_id="7", profile="3g.40gb")
+    f.samples("GPU-M", range(2), gr=0.5, gpu_i_id="9", profile="1g.10gb")
+    f.slice_device("n2", "gpu-0-mig-a", parent_uuid="GPU-M", profile="3g.40gb")
+    f.slice_device("n2", "gpu-0-mig-b", parent_uuid="GPU-M", profile="1g.10gb")
+    f.claim("ns-b", "claim-mig", pool="n2", device="gpu-0-mig-b", reserved_pod="p-mig")
+    for i in range(2):
+        f.pod_phase("ns-b", "p-mig", i, "Running")
+    out = meter(f)
+
+    held = holder(out, "p-mig")
+    assert (held["device_id"], held["mig_profile"], held["holder_source"]) == ("GPU-M/9", "1g.10gb", "dra")
+    assert (held["gpu_seconds"], held["reserved_cost"]) == (2 * D("8.571428571429"), D("0.02"))
+    assert len(out["mart_device_seconds"]) == 1  # the 3g.40gb instance is free
+    assert categories(out)["unallocated"] == 2 * D("25.714285714286")
+
+
+def test_r5_pod_labels_on_the_series_win_over_a_claim() -> None:
+    """R5: a series' own pod labels name the holder even when a Running pod's claim points at the device."""
+    f = factory().gpu("n1", "GPU-1", H100)
+    f.samples("GPU-1", range(2), util=50, pod=P1)
+    f.slice_device("n1", "gpu-0", uuid="GPU-1")
+    f.claim("ns-b", "claim-1", pool="n1", device="gpu-0", reserved_pod="p2")
+    for i in range(2):
+        f.pod_phase("ns-b", "p2", i, "Running")
+    out = meter(f)
+
+    p1 = holder(out, "p1")
+    assert (p1["holder_source"], p1["device_seconds"], p1["reserved_cost"]) == ("labels", D(120), D("0.12"))
+    assert rows(out, "mart_device_seconds", pod="p2") == []
+
+
+# --- R6: sharing -----------------------------------------------------------------------------
+
+
+def test_r6_vgpu_copies_are_one_device_shared_equally() -> None:
+    """R6: dcgm-exporter's vgpu copies for 3 pods are one device; each pod gets 1/3 of each sample; the pool
+    cost and the capacity count the GPU once."""
+    pods = [("ns-a", "p1", "main"), ("ns-a", "p2", "main"), ("ns-b", "p3", "main")]
+    f = factory().gpu("n1", "GPU-T", H100)
+    for copy, pod in enumerate(pods):
+        f.samples("GPU-T", range(2), util=60, energy=1000, pod=pod, vgpu=str(copy))
+    out = meter(f)
+
+    for pod in ("p1", "p2", "p3"):
+        share = holder(out, pod)
+        assert (share["device_seconds"], share["gpu_seconds"]) == (D(40), D(40))  # 2 × 60 / 3
+        assert share["reserved_cost"] == D("0.04")  # 2 × 0.06 / 3
+        assert share["busy_gpu_seconds"] == D(24)  # 2 × 0.6 × 60 / 3
+    assert {r["device_id"] for r in out["mart_device_seconds"].to_pylist()} == {"GPU-T"}
+    assert pool_cost(out) == D("0.12")
+    assert categories(out) == {"allocated_active": D(120)}
+    assert charges(out) == {
+        ("team-a", "reserved"): D("0.08"),
+        ("team-b", "reserved"): D("0.04"),
+        (IDLE, "idle"): D(0),
+    }
+    assert one(out, "mart_data_quality", node="n1")["max_holder_share_sum"] == pytest.approx(1.0)
+
+
+# --- R7: tenants -----------------------------------------------------------------------------
+
+
+def test_r7_label_rule_beats_vcluster_beats_namespace_and_file_order_within_a_kind() -> None:
+    """R7: pod label rules, then vCluster, then namespace names/globs; within a kind the first tenant in file
+    order wins (even over an exact name later); unmatched holders are __unallocated__, charged and shown."""
+    tenants = [
+        {"name": "ml", "pod_labels": [{"key": "team", "value": "ml-*"}]},
+        {"name": "research", "pod_labels": [{"key": "team", "value": "ml-research"}]},
+        {"name": "vc-one", "vclusters": ["vc1"]},
+        {"name": "prod-any", "namespaces": ["prod-*"]},
+        {"name": "prod-x", "namespaces": ["prod-x"]},
+    ]
+    vc = "vcluster.loft.sh/managed-by"
+    f = factory().gpu("n1", "GPU-1", H100)
+    holders = {
+        "p-label": ("prod-x", {"team": "ml-research", vc: "vc1"}),
+        "p-vc": ("prod-x", {"team": "web", vc: "vc1"}),
+        "p-ns": ("prod-x", {}),
+        "p-glob": ("prod-y", {}),
+        "p-none": ("other", {"team": "web"}),
+    }
+    for i, (pod, (namespace, labels)) in enumerate(holders.items()):
+        f.sample("GPU-1", i, util=50, pod=(namespace, pod, "main"))
+        f.pod_labels(namespace, pod, labels)
+    out = meter(f, make_config(tenants=tenants))
+
+    resolved = {pod: (holder(out, pod)["tenant"], holder(out, pod)["tenant_rule"]) for pod in holders}
+    assert resolved == {
+        "p-label": ("ml", "pod_label"),
+        "p-vc": ("vc-one", "vcluster"),
+        "p-ns": ("prod-any", "namespace"),
+        "p-glob": ("prod-any", "namespace"),
+        "p-none": (UNALLOCATED, "none"),
+    }
+    assert charges(out) == {
+        ("ml", "reserved"): D("0.06"),
+        ("vc-one", "reserved"): D("0.06"),
+        ("prod-any", "reserved"): D("0.12"),
+        (UNALLOCATED, "reserved"): D("0.06"),
+        (IDLE, "idle"): D(0),
+    }
+
+
+# --- R9: idle --------------------------------------------------------------------------------
+
+
+def two_tenants_on_h100(f: FactoryBuilder) -> FactoryBuilder:
+    """GPU-1 held by team-a for 1 sample, GPU-2 by team-b for 2, both observed 4 samples: pool 0.48."""
+    f.gpu("n1", "GPU-1", H100).gpu("n1", "GPU-2", H100, index="1")
+    for i in range(4):
+        f.sample("GPU-1", i, util=50, pod=P1 if i < 1 else None)
+        f.sample("GPU-2", i, util=50, pod=P2 if i < 2 else None)
+    return f
+
+
+def test_r9_platform_idle_is_pool_minus_every_holder_charge() -> None:
+    """R9 (idle_policy: platform): __idle__ = pool cost − all holder charges, __unallocated__ included."""
+    f = two_tenants_on_h100(factory())
+    f.sample("GPU-1", 4, util=50, pod=("unmapped", "p9", "main"))
+    out = meter(f)
+    assert pool_cost(out) == D("0.54")
+    assert charges(out) == {
+        ("team-a", "reserved"): D("0.06"),
+        ("team-b", "reserved"): D("0.12"),
+        (UNALLOCATED, "reserved"): D("0.06"),
+        (IDLE, "idle"): D("0.30"),
+    }
+
+
+def test_r9_proportional_idle_spreads_by_reserved_charge() -> None:
+    """R9 (idle_policy: proportional): idle 0.30 spread 1:2 as idle_share lines; no __idle__ is left."""
+    out = meter(two_tenants_on_h100(factory()), make_config(idle_policy="proportional"))
+    assert charges(out) == {
+        ("team-a", "reserved"): D("0.06"),
+        ("team-b", "reserved"): D("0.12"),
+        ("team-a", "idle_share"): D("0.10"),  # 0.30 × 0.06/0.18
+        ("team-b", "idle_share"): D("0.20"),  # 0.30 × 0.12/0.18
+    }
+    share = one(out, "mart_tenant_daily_cost", tenant="team-a", charge_type="idle_share")
+    assert share["gpu_seconds"] == D(100)  # 300 idle GPU-seconds × 1/3
+
+
+def test_r9_proportional_idle_parts_sum_exactly() -> None:
+    """R9/R13: 0.05 of idle over three equal holders: 0.016666666667 twice, the last in name order takes the
+    remainder 0.016666666666, and the parts sum to 0.05 exactly."""
+    price_3 = {"model": "H100-80GB", "aliases": [H100], "price_per_gpu_hour": 3.0}  # 0.05 a sample
+    config = make_config(
+        rate_card={"models": [price_3]},
+        idle_policy="proportional",
+        tenants=[{"name": n, "namespaces": [n]} for n in ("t1", "t2", "t3")],
+    )
+    f = factory().gpu("n1", "GPU-1", H100)
+    for i, namespace in enumerate(("t1", "t2", "t3")):
+        f.sample("GPU-1", i, util=50, pod=(namespace, f"p{i}", "main"))
+    f.sample("GPU-1", 3, util=0)
+    out = meter(f, config)
+    assert {k: v for k, v in charges(out).items() if k[1] == "idle_share"} == {
+        ("t1", "idle_share"): D("0.016666666667"),
+        ("t2", "idle_share"): D("0.016666666667"),
+        ("t3", "idle_share"): D("0.016666666666"),
+    }
+    assert pool_cost(out) == D("0.20")
+
+
+def test_r9_proportional_keeps_idle_of_a_model_nobody_held() -> None:
+    """R9 (proportional, per GPU model): an A100 nobody held keeps its idle as __idle__."""
+    f = two_tenants_on_h100(factory()).gpu("n2", "GPU-A", A100)
+    f.samples("GPU-A", range(2), util=0)
+    out = meter(f, make_config(idle_policy="proportional"))
+    idle = one(out, "mart_tenant_daily_cost", tenant=IDLE)
+    assert (idle["gpu_model"], idle["amount"], idle["gpu_seconds"]) == ("A100-80GB", D("0.14"), D(120))
+    assert charges(out)[("team-b", "idle_share")] == D("0.20")
+
+
+# --- R10: utilization, memory, energy --------------------------------------------------------
+
+
+def test_r10_busy_prefers_gr_engine_active_and_clamps() -> None:
+    """R10: busy = GR_ENGINE_ACTIVE where present (0.8 beats GPU_UTIL 30 %), else GPU_UTIL/100 (0.3), clamped to
+    [0, 1] (1.2 → 1, −0.1 → 0, 150 % → 1). Efficiency = used / held."""
+    f = factory().gpu("n1", "GPU-1", H100)
+    f.sample("GPU-1", 0, gr=0.8, util=30, fb=1000, pod=P1)
+    f.sample("GPU-1", 1, util=30, fb=3000, pod=P1)
+    f.sample("GPU-1", 2, gr=1.2, pod=P1)
+    f.sample("GPU-1", 3, gr=-0.1, pod=P1)
+    f.sample("GPU-1", 4, util=150, pod=P1)
+    out = meter(f)
+    p1 = holder(out, "p1")
+    assert p1["busy_gpu_seconds"] == D(186)  # 60 × (0.8 + 0.3 + 1 + 0 + 1)
+    assert p1["gpu_seconds"] == D(300)
+    assert p1["busy_gpu_seconds"] / p1["gpu_seconds"] == D("0.62")  # efficiency
+    assert p1["peak_busy"] == 1.0
+    assert (p1["fb_used_mib_seconds"], p1["peak_fb_used_mib"]) == (D(240_000), 3000)  # 60 × (1000 + 3000)
+    assert categories(out) == {"allocated_active": D(240), "allocated_idle": D(60)}  # the −0.1 sample
+
+
+def test_r10_energy_counter_with_a_reset() -> None:
+    """R10: energy is the counter's step (mJ) since the previous sample, the lookback sample before midnight
+    included; a step down is a reset and the new value is what accrued since: 30 + 60 + 5 + 15 J."""
+    f = factory().gpu("n1", "GPU-1", H100)
+    counter = {-1: 1_000_000, 0: 1_030_000, 1: 1_090_000, 2: 5_000, 3: 20_000}
+    for i, millijoules in counter.items():
+        f.sample("GPU-1", i, util=50, energy=millijoules, pod=P1)
+    out = meter(f)
+    p1 = holder(out, "p1")
+    assert p1["energy_joules"] == D(110)
+    assert p1["device_seconds"] == D(240)  # the lookback sample is context, not the day's
+
+
+def test_r10_mig_energy_is_the_gpus_apportioned_by_weight() -> None:
+    """R10: a MIG instance's energy is its GPU's (GPU-level series) × its weight: 70 J a sample → 30 J for a
+    3g, 10 J for a 1g; the unpartitioned part's energy is nobody's."""
+    f = factory().gpu("n2", "GPU-M", A100)
+    for i, millijoules in {-1: 0, 0: 70_000, 1: 140_000}.items():
+        f.sample("GPU-M", i, energy=millijoules)
+    f.samples("GPU-M", range(2), gr=0.5, gpu_i_id="1", profile="3g.40gb", pod=P1)
+    f.samples("GPU-M", range(2), gr=0.5, gpu_i_id="2", profile="1g.10gb", pod=P2)
+    out = meter(f)
+    assert holder(out, "p1")["energy_joules"] == D(60)
+    assert holder(out, "p2")["energy_joules"] == D(20)
+
+
+# --- R11: where capacity goes ----------------------------------------------------------------
+
+
+def test_r11_allocated_active_and_idle_by_threshold() -> None:
+    """R11: held with busy ≥ idle_threshold (0.05) is allocated_active, below it (or with no utilization series)
+    allocated_idle; a higher threshold moves samples to idle."""
+    f = factory()
+    for n, busy in enumerate((0.5, 0.05, 0.04, None)):
+        uuid = f"GPU-{n}"
+        f.gpu("n1", uuid, H100, index=str(n))
+        f.sample(uuid, 0, gr=busy, pod=("ns-a", f"p{n}", "main"))
+    out = meter(f)
+    assert categories(out) == {"allocated_active": D(120), "allocated_idle": D(120)}
+    out = meter(f, make_config(idle_threshold=0.6))
+    assert categories(out) == {"allocated_idle": D(240)}
+
+
+def test_r11_free_gpus_unallocated_or_unschedulable() -> None:
+    """R11: a free GPU is unschedulable on a cordoned node, a NotReady node, or one whose CPU requests leave less
+    than min_free_cpu_cores (1.0); else unallocated. A held GPU on a cordoned node stays allocated."""
+    f = factory()
+    nodes = {
+        "n-ok": dict(allocatable_cpu=32, requested_cpu=4),
+        "n-cordoned": dict(cordoned=True),
+        "n-notready": dict(ready=False),
+        "n-full": dict(allocatable_cpu=8, requested_cpu=7.5),
+    }
+    for n, (node, state) in enumerate(nodes.items()):
+        f.gpu(node, f"GPU-{n}", H100)
+        f.samples(f"GPU-{n}", range(2), util=0)
+        for i in range(-1, 2):  # the lookback sample describes sample 0 (latest state at or before it)
+            f.node_state(node, i, **state)
+    f.gpu("n-cordoned", "GPU-held", H100, index="1")
+    f.samples("GPU-held", range(2), util=50, pod=P1)
+    out = meter(f)
+    assert categories(out, "n-ok") == {"unallocated": D(120)}
+    assert categories(out, "n-cordoned") == {"unschedulable": D(120), "allocated_active": D(120)}
+    assert categories(out, "n-notready") == {"unschedulable": D(120)}
+    assert categories(out, "n-full") == {"unschedulable": D(120)}
+
+
+def test_r11_xid_makes_a_gpu_unhealthy_held_or_free() -> None:
+    """R11: a GPU reporting an XID error is unhealthy at that sample, held or free; a MIG GPU's XID (on its
+    GPU-level series) makes its instances and its unpartitioned remainder unhealthy too."""
+    f = factory().gpu("n1", "GPU-1", H100).gpu("n1", "GPU-2", H100, index="1")
+    f.sample("GPU-1", 0, util=90, pod=P1)
+    f.sample("GPU-1", 1, util=90, xid=79, pod=P1)
+    f.sample("GPU-2", 0, util=0, xid=43)
+    mig_gpu(f)
+    f.sample("GPU-M", 1, xid=48)
+    out = meter(f)
+    assert categories(out, "n1") == {"allocated_active": D(60), "unhealthy": D(120)}
+    assert holder(out, "p1", device_id="GPU-1")["reserved_cost"] == D("0.12")  # still charged to its holder
+    assert categories(out, "n2") == {
+        "allocated_active": D("25.714285714286") + D("17.142857142857"),
+        "unallocated": D("8.571428571429"),
+        "mig_unpartitioned": D(60) - D("25.714285714286") - D("17.142857142857") - D("8.571428571429"),
+        "unhealthy": D(60),
+    }
+
+
+def test_r11_categories_sum_to_capacity_exactly_on_a_mixed_pool() -> None:
+    """R11/R13: active, idle, free, unschedulable, unhealthy and MIG on one pool: the categories add up to
+    observed capacity and the charges to the pool cost, exactly."""
+    f = mig_gpu(factory())
+    f.gpu("n1", "GPU-1", H100).gpu("n1", "GPU-2", H100, index="1").gpu("n1", "GPU-3", H100, index="2")
+    f.samples("GPU-1", range(3), gr=0.7, pod=P1)
+    f.samples("GPU-2", range(3), gr=0.01, pod=P2)
+    f.samples("GPU-3", range(3), util=0, xid=31)
+    f.gpu("n-cordoned", "GPU-4", H100)
+    f.samples("GPU-4", range(3), util=0)
+    for i in range(3):
+        f.node_state("n-cordoned", i, cordoned=True)
+    out = meter(f)  # meter() asserts Σ categories == observed and Σ charges == pool cost
+    parts = categories(out)
+    assert parts["allocated_active"] == D(180) + 2 * (D("25.714285714286") + D("17.142857142857"))
+    assert (parts["allocated_idle"], parts["unhealthy"], parts["unschedulable"]) == (D(180), D(180), D(180))
+    assert sum(parts.values(), D(0)) == D(840)  # 12 H100 samples + 2 A100 samples
+    assert pool_cost(out) == D("0.86")  # 12 × 0.06 + 2 × 0.07
+
+
+# --- R2: period membership -------------------------------------------------------------------
+
+
+def test_r2_days_are_half_open() -> None:
+    """R2: a sample at day_start belongs to the day; one at exactly day_end belongs to the next day; the
+    lookback before midnight belongs to the day before."""
+    f = factory().gpu("n1", "GPU-1", H100)
+    f.samples("GPU-1", [-1, 0, f.samples_per_day - 1, f.samples_per_day], util=50, pod=P1)
+    today = meter(f)
+    assert holder(today, "p1")["device_seconds"] == D(120)  # indices 0 and last
+
+    raw = f.build()
+    tomorrow = meter_day(raw, make_config(), "c1", DAY + timedelta(days=1))
+    assert one(tomorrow, "mart_device_seconds", pod="p1")["device_seconds"] == D(60)  # exactly midnight
+    assert pool_cost(tomorrow) == D("0.06")
+
+
+# --- R8: bad input ---------------------------------------------------------------------------
+
+
+def test_r8_model_without_a_price_is_an_error_naming_model_and_node() -> None:
+    """R8: a device whose price cannot be resolved stops the run, naming the model and the node."""
+    f = factory().gpu("n1", "GPU-1", H100).gpu("n9", "GPU-9", "NVIDIA L4")
+    f.sample("GPU-1", 0, util=50).sample("GPU-9", 0, util=50)
+    with pytest.raises(AccountingError, match=r"'NVIDIA L4' on node 'n9'"):
+        meter_day(f.build(), make_config(), "c1", DAY)
+
+
+def test_r8_rate_card_model_with_no_price_is_an_error() -> None:
+    """R8: a rate-card model without price_per_gpu_hour is never a silent zero."""
+    config = make_config(rate_card={"models": [{"model": "H100-80GB", "aliases": [H100]}]})
+    f = factory().gpu("n1", "GPU-1", H100).sample("GPU-1", 0, util=50)
+    with pytest.raises(AccountingError, match=r"NVIDIA H100 80GB HBM3.*no price_per_gpu_hour"):
+        meter_day(f.build(), config, "c1", DAY)
+
+
+def test_r5_r6_shared_dra_claim_splits_between_its_running_pods() -> None:
+    """R5/R6: a claim reserved for two Running pods shares its device 1/2 each; once one pod stops, the other
+    holds it whole. A DRA holder's tenant comes from its pod labels like any holder's (R7)."""
+    config = make_config(tenants=[*TENANTS, {"name": "ml", "pod_labels": [{"key": "team", "value": "ml"}]}])
+    f = factory().gpu("n1", "GPU-1", H100)
+    f.samples("GPU-1", range(2), util=50)
+    f.slice_device("n1", "gpu-0", uuid="GPU-1")
+    f.claim("ns-a", "shared", pool="n1", device="gpu-0", reserved_pod="w1")
+    f.claim("ns-a", "shared", pool="n1", device="gpu-0", reserved_pod="w2")
+    f.pod_labels("ns-a", "w2", {"team": "ml"})
+    for i in range(2):
+        f.pod_phase("ns-a", "w1", i, "Running")
+        f.pod_phase("ns-a", "w2", i, "Running" if i == 0 else "Failed")
+    out = meter(f, config)
+    w1, w2 = holder(out, "w1"), holder(out, "w2")
+    assert (w1["device_seconds"], w1["reserved_cost"], w1["tenant"]) == (D(90), D("0.09"), "team-a")
+    assert (w2["device_seconds"], w2["reserved_cost"], w2["tenant"]) == (D(30), D("0.03"), "ml")
+    assert charges(out)[(IDLE, "idle")] == D(0)
