@@ -3,6 +3,7 @@ job, one code path). Each step reads what it needs from the warehouse and replac
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import date
@@ -15,7 +16,7 @@ from metering.config import Config
 from metering.invoices import Period, Reconciliation, build_invoice_lines, reconcile, write_invoice_csvs
 from metering.schema import RAW_TABLES
 from metering.sources import RawSource
-from metering.warehouse import MARTS, RAW, Warehouse
+from metering.warehouse import MARTS, RAW, Warehouse, atomic_write_text
 
 ZONES = dict(zip(LAYERS, ("staging", "intermediate", MARTS), strict=True))
 Log = Callable[[str], None]
@@ -39,13 +40,20 @@ def pull_raw_day(
     """Fetch the day (with its lookback) from every cluster's source into the raw zone."""
     counts: dict[str, int] = dict.fromkeys(RAW_TABLES, 0)
     fetched: dict[str, RawDay] = {}
+    sources = {cluster.name: source_for(cluster.name) for cluster in config.clusters}
     # Fetch every cluster before writing any: a source that fails leaves the stored day untouched.
     for cluster in config.clusters:
-        fetched[cluster.name] = source_for(cluster.name).fetch_day(cluster.name, day, lookback_ms(config))
+        fetched[cluster.name] = sources[cluster.name].fetch_day(cluster.name, day, lookback_ms(config))
     for cluster_name, raw in fetched.items():
         for name, table in raw.tables().items():
             warehouse.write_day(RAW, name, cluster_name, day, table)
             counts[name] += table.num_rows
+        snapshot = getattr(sources[cluster_name], "last_k8s_snapshot", None)
+        if snapshot:  # keep the claims as read: template claims vanish with their pods
+            folder = warehouse.root / RAW / "k8s" / f"cluster={cluster_name}" / f"day={day.isoformat()}"
+            for kind in ("resourceclaims", "resourceslices"):
+                if snapshot.get(kind) is not None:
+                    atomic_write_text(folder / f"{kind}.json", json.dumps(snapshot[kind], sort_keys=True))
         log(f"{cluster_name} {day}: {raw.dcgm.num_rows:,} DCGM and {raw.kube.num_rows:,} kube samples")
     return counts
 

@@ -26,12 +26,13 @@ class GpumeterConfigResource(ConfigurableResource):
         return Warehouse.at(self.config.warehouse.path)
 
     def source(self, cluster: str) -> RawSource:
-        spec = self.config.cluster(cluster).source
+        cluster_spec = self.config.cluster(cluster)
+        spec = cluster_spec.source
         if isinstance(spec, ParquetSource):
             return ParquetRawSource(spec.path)
-        from metering.prometheus import PrometheusRawSource  # the Prometheus path (issue: Prometheus pull)
+        from metering.prometheus import PrometheusRawSource  # imported only where a cluster uses it
 
-        return PrometheusRawSource(spec, cluster=cluster)
+        return PrometheusRawSource(spec, cluster=cluster, cluster_label=cluster_spec.cluster_label)
 
 
 @lru_cache(maxsize=8)

@@ -1,0 +1,703 @@
+"""The Prometheus source: raw samples of a (cluster, day) pulled from any PromQL API (Prometheus, Thanos,
+Mimir, VictoriaMetrics) into the raw-samples schema (metering/schema.py). docs/prometheus.md explains
+the configuration and the reasoning; the short version:
+
+- Exact (R1, R2). Every metric is read as RAW samples: an instant query of a range selector,
+  `M{selector}[W+1ms]` evaluated at the end of a window [start, end), which returns the stored samples
+  of the window (no step, no lookback, no interpolation). Prometheus 2.x range selectors are closed,
+  [t-W, t], 3.x and VictoriaMetrics are left-open, (t-W, t]: asking for one millisecond more and then
+  keeping, client-side, exactly the samples with start <= ts < end makes every window half-open
+  whatever the server, so consecutive windows partition the day and each sample is counted once,
+  whatever the window size.
+- Windows are `chunk_seconds` long (default one hour) so that one answer stays small on big fleets;
+  a window the server refuses as too large (HTTP 422, e.g. `query.max-samples`) is split in two and
+  retried, down to `min_chunk_seconds`.
+- HA pairs (R1: never bill twice). Series identical but for a replica label (`prometheus_replica`,
+  `replica`) are one series seen by several scrapers, at different timestamps. Per scrape target
+  (`job`, `instance`) and per UTC hour, the replica with the most samples is kept (ties: the smallest
+  replica name), for all series of that target at once, so that the metrics, MIG instances and vgpu
+  copies of one GPU always come from one scraper.
+- Robust. Retries with exponential backoff on connection errors, timeouts, HTTP 5xx/429 and unreadable
+  bodies; never on other 4xx. After the last attempt, one `SourceError` naming the URL, the query and
+  what to do.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+import time
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
+from dataclasses import dataclass
+from datetime import UTC, date, datetime
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import requests
+import urllib3
+from prometheus_api_client import PrometheusConnect
+from urllib3.util.retry import Retry
+
+from metering.accounting import RawDay, day_bounds_ms
+from metering.config import PrometheusSource
+from metering.k8s_objects import K8sObjectError, load_k8s_json, parse_resource_claims, parse_resource_slices
+from metering.schema import DCGM_METRICS, KUBE_METRICS, RAW_DCGM_SCHEMA, RAW_KUBE_SCHEMA, RAW_TABLES
+from metering.sources import SourceError
+
+log = logging.getLogger(__name__)
+
+# raw_dcgm_samples column -> label names that carry it, most preferred first (TELEMETRY.md). The
+# `exported_` names are what Prometheus makes of the exporter's own labels when the scrape target has
+# labels of the same name and `honor_labels` is false: then `pod` is the exporter's pod.
+DCGM_LABEL_COLUMNS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("hostname", ("Hostname", "hostname")),
+    ("uuid", ("UUID", "uuid")),
+    ("gpu", ("gpu",)),
+    ("model_name", ("modelName",)),
+    ("gpu_i_id", ("GPU_I_ID",)),
+    ("gpu_i_profile", ("GPU_I_PROFILE",)),
+    ("namespace", ("exported_namespace", "namespace", "pod_namespace")),
+    ("pod", ("exported_pod", "pod", "pod_name")),
+    ("container", ("exported_container", "container", "container_name")),
+    ("vgpu", ("vgpu",)),
+    ("dra_claim_name", ("dra_claim_name",)),
+    ("dra_claim_namespace", ("dra_claim_namespace",)),
+    ("dra_driver_name", ("dra_driver_name",)),
+    ("dra_pool_name", ("dra_pool_name",)),
+    ("dra_device_name", ("dra_device_name",)),
+)
+# Labels that Prometheus adds and that say where a sample was scraped, not what it describes.
+TARGET_LABELS = ("instance", "job")
+
+_HOUR_MS = 3_600_000
+_BACKOFF_CAP_S = 30.0
+
+
+class _Retryable(Exception):
+    """One attempt failed in a way that another attempt may fix."""
+
+    def __init__(self, reason: str, hint: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.hint = hint
+
+
+class _TooLarge(Exception):
+    """The server refused the window as too large (HTTP 422): split it."""
+
+
+@dataclass
+class _Series:
+    labels: dict[str, str]
+    ts: list[np.ndarray]
+    values: list[np.ndarray]
+
+
+class _Client(PrometheusConnect):
+    """prometheus-api-client's connection (session, headers, TLS, timeout) with the raw response of an
+    instant query: `custom_query` hides the HTTP status, `status`/`warnings` and the result type, which
+    the retry policy and the validation need."""
+
+    def instant_query(self, query: str, eval_time: str, extra: dict[str, str]) -> requests.Response:
+        return self._session.request(
+            method="GET",
+            url=f"{self.url}/api/v1/query",
+            params={"query": query, "time": eval_time, **extra},
+            verify=self._session.verify,
+            headers=self.headers,
+            auth=self.auth,
+            cert=self._session.cert,
+            timeout=self._timeout,
+        )
+
+
+def _prom_time(ms: int) -> str:
+    """Epoch ms as the exact decimal seconds the HTTP API takes (no float rounding)."""
+    sign, ms = ("-", -ms) if ms < 0 else ("", ms)
+    return f"{sign}{ms // 1000}.{ms % 1000:03d}"
+
+
+def _normalize_selector(selector: str | None) -> str:
+    if not selector:
+        return ""
+    text = selector.strip()
+    if text.startswith("{") and text.endswith("}"):
+        text = text[1:-1].strip()
+    return text.strip(",").strip()
+
+
+def parse_timestamp_ms(ts: Any) -> int:
+    """Prometheus' float seconds (e.g. 1700000000.123) -> int ms. round(), never int(): 0.123 * 1000 is
+    122.99999999999999 in binary floating point."""
+    return round(float(ts) * 1000)
+
+
+class PrometheusRawSource:
+    """A `RawSource` reading raw samples from a PromQL HTTP API (docs/prometheus.md).
+
+    `cluster` is the configured cluster name (the `cluster` column where a series has no `cluster_label`
+    label). The keyword arguments tune the pull and are not config fields yet. One `fetch_day` at a time
+    per instance (it runs its own pool of `max_concurrent_queries` threads)."""
+
+    def __init__(
+        self,
+        spec: PrometheusSource,
+        cluster: str,
+        *,
+        cluster_label: str = "cluster",
+        chunk_seconds: int = 3600,
+        min_chunk_seconds: int = 60,
+        backoff_seconds: float = 0.5,
+        dedupe_bucket_seconds: int = 3600,
+        dcgm_metrics: Sequence[str] = DCGM_METRICS,
+        kube_metrics: Sequence[str] = KUBE_METRICS,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        if chunk_seconds < 1 or min_chunk_seconds < 1:
+            raise ValueError("chunk_seconds and min_chunk_seconds must be >= 1")
+        if dedupe_bucket_seconds < 1 or 86_400 % dedupe_bucket_seconds:
+            raise ValueError("dedupe_bucket_seconds must divide a day (86400), so that days are independent")
+        self.spec = spec
+        self.cluster = cluster
+        self.cluster_label = cluster_label
+        self.url = spec.url.rstrip("/")
+        self.chunk_ms = int(chunk_seconds * 1000)
+        self.min_chunk_ms = int(min_chunk_seconds * 1000)
+        self.backoff_seconds = backoff_seconds
+        self.bucket_ms = int(dedupe_bucket_seconds * 1000)
+        self.dcgm_metrics = tuple(dcgm_metrics)
+        self.kube_metrics = tuple(kube_metrics)
+        self.selector = _normalize_selector(spec.selector)
+        self.replica_labels = tuple(spec.replica_labels)
+        self._sleep = sleep
+        self._local = threading.local()
+        self._clients: list[_Client] = []
+        self._stop = threading.Event()
+        self._headers: dict[str, str] = {}
+        self.queries = 0  # HTTP requests made by the last fetch_day (attempts included)
+        self._count_lock = threading.Lock()
+        # The Kubernetes objects read by the last fetch_day, as read (for the pipeline to persist).
+        self.last_k8s_snapshot: dict[str, Any] = {}
+
+    # --- public ------------------------------------------------------------------------------
+
+    def query_for(self, metric: str, window_ms: int) -> str:
+        """The PromQL of one window: raw samples of `metric` in (end - window - 1ms, end] or [.., end]."""
+        matchers = "{" + self.selector + "}" if self.selector else ""
+        return f"{metric}{matchers}[{window_ms + 1}ms]"
+
+    def fetch_day(self, cluster: str, day: date, lookback_ms: int) -> RawDay:
+        """Raw samples with day start − lookback <= ts < day end (R2), plus the DRA objects."""
+        start_ms, end_ms = day_bounds_ms(day)
+        return self.fetch_window(cluster, start_ms - max(0, int(lookback_ms)), end_ms)
+
+    def fetch_window(self, cluster: str, start_ms: int, end_ms: int) -> RawDay:
+        self._headers = self._auth_headers()
+        self._local = threading.local()
+        self._stop = stop = threading.Event()
+        self.queries = 0
+        metrics = [(m, "dcgm") for m in self.dcgm_metrics] + [(m, "kube") for m in self.kube_metrics]
+        windows = [(w, min(w + self.chunk_ms, end_ms)) for w in range(start_ms, end_ms, self.chunk_ms)]
+        tasks = [(metric, w0, w1) for metric, _ in metrics for w0, w1 in windows]
+        kinds = dict(metrics)
+        series: dict[tuple[tuple[str, str], ...], _Series] = {}
+        if tasks:
+            pool = ThreadPoolExecutor(self.spec.max_concurrent_queries, thread_name_prefix="gpumeter-prom")
+            try:
+                futures = [pool.submit(self._fetch_window, metric, w0, w1, stop) for metric, w0, w1 in tasks]
+                wait(futures, return_when=FIRST_EXCEPTION)
+                for future in futures:
+                    if future.done() and future.exception() is not None:
+                        stop.set()
+                        future.result()  # raises the first failure (a SourceError)
+                for future in futures:
+                    for labels, ts, values in future.result():
+                        key = tuple(sorted(labels.items()))
+                        entry = series.get(key)
+                        if entry is None:
+                            series[key] = entry = _Series(labels, [], [])
+                        entry.ts.append(ts)
+                        entry.values.append(values)
+            finally:
+                stop.set()
+                pool.shutdown(wait=True, cancel_futures=True)
+                for client in self._clients:
+                    client.close()
+                self._clients = []
+        merged = self._dedupe_replicas(list(series.values()))
+        dcgm_series = [s for s in merged if kinds.get(s.labels.get("__name__", "")) == "dcgm"]
+        kube_series = [s for s in merged if kinds.get(s.labels.get("__name__", "")) == "kube"]
+        self._warn_foreign_clusters(cluster, merged)
+        dcgm = self._dcgm_table(cluster, dcgm_series)
+        kube = self._kube_table(cluster, kube_series)
+        allocations, devices = self._k8s_objects(cluster)
+        return RawDay(dcgm, kube, allocations, devices)
+
+    # --- HTTP --------------------------------------------------------------------------------
+
+    def _auth_headers(self) -> dict[str, str]:
+        headers: dict[str, str] = {}
+        if self.spec.headers_env:
+            raw = os.environ.get(self.spec.headers_env)
+            if raw is None:
+                raise SourceError(
+                    f"Prometheus {self.url}: environment variable {self.spec.headers_env} (headers_env) is not set; "
+                    'export it as a JSON object, e.g. {"X-Scope-OrgID": "tenant-1"}, or remove headers_env'
+                )
+            try:
+                extra = json.loads(raw)
+            except json.JSONDecodeError as exc:
+                raise SourceError(
+                    f"Prometheus {self.url}: {self.spec.headers_env} (headers_env) is not JSON ({exc.msg}); "
+                    'it must be a JSON object of header names to values, e.g. {"X-Scope-OrgID": "tenant-1"}'
+                ) from None
+            if not isinstance(extra, dict) or not all(
+                isinstance(k, str) and isinstance(v, str) for k, v in extra.items()
+            ):
+                raise SourceError(
+                    f"Prometheus {self.url}: {self.spec.headers_env} (headers_env) must be a JSON object of "
+                    'string header names to string values, e.g. {"X-Scope-OrgID": "tenant-1"}'
+                )
+            headers.update(extra)
+        if self.spec.bearer_token_env:
+            token = os.environ.get(self.spec.bearer_token_env, "").strip()
+            if not token:
+                raise SourceError(
+                    f"Prometheus {self.url}: environment variable {self.spec.bearer_token_env} (bearer_token_env) "
+                    "is not set or empty; export the token there or remove bearer_token_env"
+                )
+            headers["Authorization"] = f"Bearer {token}"
+        return headers
+
+    def _client(self) -> _Client:
+        client = getattr(self._local, "client", None)
+        if client is None:
+            client = _Client(
+                url=self.url,
+                headers=dict(self._headers),
+                disable_ssl=not self.spec.verify_tls,
+                retry=Retry(0, read=False),  # requests' own default: no retries here, our loop below
+                timeout=self.spec.timeout_seconds,
+            )
+            self._local.client = client
+            with self._count_lock:
+                self._clients.append(client)
+        return client
+
+    def _fetch_window(
+        self, metric: str, w0: int, w1: int, stop: threading.Event
+    ) -> list[tuple[dict[str, str], np.ndarray, np.ndarray]]:
+        if stop.is_set():
+            return []
+        query = self.query_for(metric, w1 - w0)
+        try:
+            result = self._query(query, w1)
+        except _TooLarge as exc:
+            if w1 - w0 <= self.min_chunk_ms:
+                raise SourceError(
+                    f"Prometheus {self.url}: query {query!r} at {_iso(w1)} is refused as too large even for a "
+                    f"{(w1 - w0) / 1000:g} s window ({exc}); raise the server's limits (query.max-samples, "
+                    "Mimir/Thanos series or chunk limits) or narrow `selector`"
+                ) from None
+            mid = w0 + (w1 - w0) // 2
+            return self._fetch_window(metric, w0, mid, stop) + self._fetch_window(metric, mid, w1, stop)
+        out = []
+        for item in result:
+            labels = item["metric"]
+            ts, values = _samples(item["values"], w0, w1)
+            if len(ts):
+                out.append((labels, ts, values))
+        return out
+
+    def _query(self, query: str, eval_ms: int) -> list[dict[str, Any]]:
+        eval_time = _prom_time(eval_ms)
+        extra = {"timeout": f"{self.spec.timeout_seconds:g}s", "partial_response": "false"}
+        attempts = self.spec.retries + 1
+        last: _Retryable | None = None
+        made = 0
+        for attempt in range(attempts):
+            if attempt and self._stop.is_set():
+                break  # another query failed: the pull is over
+            if attempt:
+                self._sleep(min(_BACKOFF_CAP_S, self.backoff_seconds * 2 ** (attempt - 1)))
+            with self._count_lock:
+                self.queries += 1
+            made += 1
+            try:
+                return self._attempt(query, eval_time, extra)
+            except _Retryable as exc:
+                last = exc
+                log.debug(
+                    "Prometheus %s: attempt %d/%d of %r failed: %s",
+                    self.url,
+                    attempt + 1,
+                    attempts,
+                    query,
+                    exc,
+                )
+        assert last is not None
+        raise SourceError(
+            f"Prometheus {self.url}: query {query!r} at {_iso(eval_ms)} failed after {made} attempt(s): "
+            f"{last.reason}; {last.hint}"
+        )
+
+    def _timeout_error(self, exc: Exception) -> _Retryable:
+        return _Retryable(
+            f"timeout after {self.spec.timeout_seconds:g} s ({type(exc).__name__})",
+            "raise timeout_seconds, lower chunk_seconds, or check the server's load",
+        )
+
+    def _attempt(self, query: str, eval_time: str, extra: dict[str, str]) -> list[dict[str, Any]]:
+        try:
+            response = self._client().instant_query(query, eval_time, extra)
+        except requests.Timeout as exc:
+            raise self._timeout_error(exc) from None
+        except requests.exceptions.SSLError as exc:  # before ConnectionError, its base: retrying cannot help
+            raise SourceError(
+                f"Prometheus {self.url}: TLS failed for query {query!r} ({_short(exc)}); check the server's "
+                "certificate and the CA bundle (REQUESTS_CA_BUNDLE), or set verify_tls: false"
+            ) from None
+        except (
+            requests.ConnectionError,
+            requests.exceptions.ChunkedEncodingError,
+            requests.exceptions.ContentDecodingError,
+        ) as exc:
+            reason = exc.args[0].reason if exc.args and hasattr(exc.args[0], "reason") else None
+            # urllib3's NewConnectionError (refused, unresolvable) subclasses its ConnectTimeoutError.
+            timed_out = isinstance(reason, urllib3.exceptions.ReadTimeoutError) or (
+                isinstance(reason, urllib3.exceptions.ConnectTimeoutError)
+                and not isinstance(reason, urllib3.exceptions.NewConnectionError)
+            )
+            if timed_out:
+                raise self._timeout_error(exc) from None
+            raise _Retryable(
+                f"connection failed ({_short(exc)})",
+                "check `url`, that the server is up and reachable from here, and proxies/firewalls",
+            ) from None
+        except requests.RequestException as exc:
+            raise SourceError(
+                f"Prometheus {self.url}: query {query!r} could not be sent ({_short(exc)}); check `url`"
+            ) from None
+        status = response.status_code
+        body = response.content
+        if status >= 500 or status == 429:
+            raise _Retryable(
+                f"HTTP {status} {_error_text(body)}",
+                "the server failed or is overloaded: check its logs, lower max_concurrent_queries or chunk_seconds",
+            )
+        if status == 422:
+            raise _TooLarge(f"HTTP 422 {_error_text(body)}")
+        if status in (401, 403):
+            raise SourceError(
+                f"Prometheus {self.url}: query {query!r} was refused with HTTP {status} {_error_text(body)}; "
+                "check the token in bearer_token_env / the headers in headers_env (e.g. X-Scope-OrgID for Mimir)"
+            )
+        if status != 200:
+            raise SourceError(
+                f"Prometheus {self.url}: query {query!r} was refused with HTTP {status} {_error_text(body)}; "
+                "check `url` (the API root, e.g. http://host:9090 or https://mimir/prometheus) and `selector` "
+                '(matchers such as cluster="prod-a")'
+            )
+        try:
+            doc = json.loads(body)
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise _Retryable(
+                f"the response is not valid JSON ({exc}; {len(body)} bytes)",
+                "a proxy may have cut the response: lower chunk_seconds, or check proxies in front of the server",
+            ) from None
+        return _validated(doc)
+
+    # --- replicas ----------------------------------------------------------------------------
+
+    def _replica_of(self, labels: dict[str, str]) -> tuple[str, ...] | None:
+        values = tuple(labels.get(name, "") for name in self.replica_labels)
+        return values if any(values) else None
+
+    def _target_of(self, labels: dict[str, str]) -> tuple[str, ...]:
+        target = tuple(labels.get(name, "") for name in (self.cluster_label, *TARGET_LABELS))
+        if any(target[1:]):
+            return target
+        # No job/instance (e.g. federated or backfilled without them): the node for a DCGM series, the
+        # whole cluster for kube-state-metrics/OpenCost.
+        host = labels.get("Hostname") or labels.get("hostname") or ""
+        return (target[0], "", "", host)
+
+    def _dedupe_replicas(self, series: list[_Series]) -> list[_Series]:
+        if not self.replica_labels or not any(self._replica_of(s.labels) for s in series):
+            return [_Series(s.labels, [np.concatenate(s.ts)], [np.concatenate(s.values)]) for s in series]
+        by_target: dict[tuple[str, ...], list[tuple[_Series, tuple[str, ...]]]] = defaultdict(list)
+        for s in series:
+            replica = self._replica_of(s.labels) or ()
+            by_target[self._target_of(s.labels)].append((s, replica))
+        out: dict[tuple[tuple[str, str], ...], _Series] = {}
+        for members in by_target.values():
+            replicas = sorted({replica for _, replica in members})
+            counts: dict[tuple[str, ...], dict[int, int]] = {r: defaultdict(int) for r in replicas}
+            for s, replica in members:
+                for ts in s.ts:
+                    buckets, n = np.unique(ts // self.bucket_ms, return_counts=True)
+                    for b, c in zip(buckets.tolist(), n.tolist(), strict=True):
+                        counts[replica][b] += c
+            chosen: dict[int, tuple[str, ...]] = {}
+            for bucket in sorted({b for c in counts.values() for b in c}):
+                # Most samples; ties go to the smallest replica name.
+                chosen[bucket] = min(replicas, key=lambda r, b=bucket: (-counts[r].get(b, 0), r))
+            for s, replica in members:
+                ts = np.concatenate(s.ts)
+                values = np.concatenate(s.values)
+                buckets = ts // self.bucket_ms
+                keep = np.fromiter((chosen[b] == replica for b in buckets.tolist()), bool, len(buckets))
+                if not keep.any():
+                    continue
+                labels = {k: v for k, v in s.labels.items() if k not in self.replica_labels}
+                key = tuple(sorted(labels.items()))
+                entry = out.get(key)
+                if entry is None:
+                    out[key] = entry = _Series(labels, [], [])
+                entry.ts.append(ts[keep])
+                entry.values.append(values[keep])
+        return [_Series(s.labels, [np.concatenate(s.ts)], [np.concatenate(s.values)]) for s in out.values()]
+
+    # --- tables ------------------------------------------------------------------------------
+
+    def _cluster_of(self, labels: dict[str, str], configured: str) -> str:
+        return labels.get(self.cluster_label) or configured
+
+    def _warn_foreign_clusters(self, cluster: str, series: Iterable[_Series]) -> None:
+        others = sorted({v for s in series if (v := s.labels.get(self.cluster_label)) and v != cluster})
+        if others:
+            log.warning(
+                "Prometheus %s: series of cluster(s) %s are in the pull for %r and will not be metered as %r; "
+                'set `selector: %s="%s"` on this source',
+                self.url,
+                ", ".join(others),
+                cluster,
+                cluster,
+                self.cluster_label,
+                cluster,
+            )
+
+    def _dcgm_table(self, cluster: str, series: list[_Series]) -> pa.Table:
+        if not series:
+            return RAW_DCGM_SCHEMA.empty_table()
+        ts, values, index = _stack(series)
+        columns: dict[str, pa.Array] = {
+            "cluster": pa.array([self._cluster_of(s.labels, cluster) for s in series], pa.string()).take(
+                index
+            ),
+            "ts_ms": pa.array(ts, pa.int64()),
+            "metric": pa.array([s.labels["__name__"] for s in series], pa.string()).take(index),
+            "value": pa.array(values, pa.float64()),
+        }
+        for column, names in DCGM_LABEL_COLUMNS:
+            per_series = [_first(s.labels, names) for s in series]
+            columns[column] = pa.array(per_series, pa.string()).take(index)
+        table = pa.table(columns).select(RAW_DCGM_SCHEMA.names).cast(RAW_DCGM_SCHEMA)
+        return table.sort_by(
+            [(name, "ascending") for name in ("ts_ms", "metric", "hostname", "uuid", "gpu_i_id")]
+        )
+
+    def _kube_labels(self, labels: dict[str, str]) -> str:
+        drop = {"__name__", self.cluster_label, *self.replica_labels, *TARGET_LABELS}
+        kept = {
+            k: v for k, v in labels.items() if k not in drop and not k.startswith("exported_") and v != ""
+        }
+        for key, value in labels.items():  # the exporter's own label, renamed by a conflicting target label
+            if key.startswith("exported_") and value != "" and key[len("exported_") :] not in drop:
+                kept[key[len("exported_") :]] = value
+        return json.dumps(kept, separators=(",", ":"), sort_keys=True)
+
+    def _kube_table(self, cluster: str, series: list[_Series]) -> pa.Table:
+        if not series:
+            return RAW_KUBE_SCHEMA.empty_table()
+        ts, values, index = _stack(series)
+        table = pa.table(
+            {
+                "cluster": pa.array([self._cluster_of(s.labels, cluster) for s in series], pa.string()).take(
+                    index
+                ),
+                "ts_ms": pa.array(ts, pa.int64()),
+                "metric": pa.array([s.labels["__name__"] for s in series], pa.string()).take(index),
+                "value": pa.array(values, pa.float64()),
+                "labels": pa.array([self._kube_labels(s.labels) for s in series], pa.string()).take(index),
+            }
+        ).cast(RAW_KUBE_SCHEMA)
+        return table.sort_by([(name, "ascending") for name in ("ts_ms", "metric", "labels")])
+
+    # --- Kubernetes objects (DRA) ------------------------------------------------------------
+
+    def _k8s_objects(self, cluster: str) -> tuple[pa.Table, pa.Table]:
+        spec = self.spec
+        snapshot: dict[str, Any] = {}
+        claims_doc = slices_doc = None
+        claims_src = slices_src = ""
+        try:
+            if spec.claims_file:
+                claims_doc, claims_src = load_k8s_json(Path(spec.claims_file)), spec.claims_file
+            if spec.slices_file:
+                slices_doc, slices_src = load_k8s_json(Path(spec.slices_file)), spec.slices_file
+        except K8sObjectError as exc:
+            raise SourceError(str(exc)) from exc
+        if spec.kubeconfig and (claims_doc is None or slices_doc is None):
+            api = _KubeApi(spec.kubeconfig)
+            if claims_doc is None:
+                claims_doc, claims_src = api.list("resourceclaims"), f"{spec.kubeconfig} (resourceclaims)"
+            if slices_doc is None:
+                slices_doc, slices_src = api.list("resourceslices"), f"{spec.kubeconfig} (resourceslices)"
+        try:
+            allocations = (
+                parse_resource_claims(claims_doc, cluster, claims_src)
+                if claims_doc is not None
+                else RAW_TABLES["raw_dra_allocations"].empty_table()
+            )
+            devices = (
+                parse_resource_slices(slices_doc, cluster, slices_src)
+                if slices_doc is not None
+                else RAW_TABLES["raw_dra_devices"].empty_table()
+            )
+        except K8sObjectError as exc:
+            raise SourceError(str(exc)) from exc
+        if claims_doc is not None or slices_doc is not None:
+            snapshot = {
+                "fetched_at": datetime.now(UTC).isoformat().replace("+00:00", "Z"),
+                "resourceclaims": claims_doc,
+                "resourceslices": slices_doc,
+            }
+        self.last_k8s_snapshot = snapshot
+        return allocations, devices
+
+
+class _KubeApi:
+    """resource.k8s.io lists through the official `kubernetes` client (optional dependency)."""
+
+    VERSIONS = ("v1", "v1beta2", "v1beta1")
+
+    def __init__(self, kubeconfig: str) -> None:
+        try:
+            from kubernetes import client, config
+        except ImportError:
+            raise SourceError(
+                f"kubeconfig {kubeconfig} is set on a prometheus source, but the `kubernetes` package is not "
+                "installed: pip install kubernetes (or give claims_file/slices_file instead)"
+            ) from None
+        self.kubeconfig = kubeconfig
+        try:
+            self.api = client.CustomObjectsApi(config.new_client_from_config(config_file=kubeconfig))
+        except Exception as exc:  # the client raises ConfigException, OSError, yaml errors...
+            raise SourceError(f"kubeconfig {kubeconfig}: cannot be loaded ({exc}); check the file") from None
+
+    def list(self, plural: str) -> dict[str, Any]:
+        last: Exception | None = None
+        for version in self.VERSIONS:
+            items: list[Any] = []
+            token: str | None = None
+            try:
+                while True:
+                    kwargs: dict[str, Any] = {"limit": 500}
+                    if token:
+                        kwargs["_continue"] = token
+                    page = self.api.list_cluster_custom_object("resource.k8s.io", version, plural, **kwargs)
+                    items.extend(page.get("items") or [])
+                    token = (page.get("metadata") or {}).get("continue")
+                    if not token:
+                        break
+            except Exception as exc:
+                if getattr(exc, "status", None) == 404:
+                    last = exc
+                    continue
+                raise SourceError(
+                    f"kubeconfig {self.kubeconfig}: listing {plural}.resource.k8s.io/{version} failed ({_short(exc)}); "
+                    f"check access (`kubectl get {plural} -A`) and RBAC (list {plural} in resource.k8s.io)"
+                ) from None
+            return {"apiVersion": "v1", "kind": "List", "items": items}
+        raise SourceError(
+            f"kubeconfig {self.kubeconfig}: the API server serves no resource.k8s.io {plural} "
+            f"({', '.join(self.VERSIONS)}; {_short(last) if last else 'not found'}); is DRA enabled on this cluster?"
+        )
+
+
+# --- helpers ---------------------------------------------------------------------------------
+
+
+def _validated(doc: Any) -> list[dict[str, Any]]:
+    def bad(problem: str) -> _Retryable:
+        return _Retryable(
+            f"unexpected response ({problem})", "check that `url` is a Prometheus-compatible API root"
+        )
+
+    if not isinstance(doc, dict):
+        raise bad("not a JSON object")
+    if doc.get("status") != "success":
+        raise bad(f"status {doc.get('status')!r}: {doc.get('error', '')}")
+    data = doc.get("data")
+    if not isinstance(data, dict) or not isinstance(data.get("result"), list):
+        raise bad("no data.result list")
+    if data.get("resultType") != "matrix":
+        raise bad(f"resultType {data.get('resultType')!r}, expected 'matrix' for a range selector")
+    for item in data["result"]:
+        if not isinstance(item, dict) or not isinstance(item.get("metric"), dict):
+            raise bad("a series without a `metric` object")
+        if not isinstance(item.get("values"), list):
+            raise bad("a series without a `values` list")
+        if "__name__" not in item["metric"]:
+            raise bad("a series without __name__")
+    return data["result"]
+
+
+def _samples(values: list[Any], w0: int, w1: int) -> tuple[np.ndarray, np.ndarray]:
+    """The samples with w0 <= ts < w1 (the half-open window, R1/R2), as int64 ms and float64."""
+    try:
+        ts = np.fromiter((parse_timestamp_ms(v[0]) for v in values), np.int64, len(values))
+        vals = np.fromiter((float(v[1]) for v in values), np.float64, len(values))
+    except (TypeError, ValueError, IndexError, OverflowError) as exc:
+        raise _Retryable(
+            f'unexpected response (a sample is not [seconds, "value"]: {exc})',
+            "check that `url` is a Prometheus-compatible API root",
+        ) from None
+    keep = (ts >= w0) & (ts < w1)
+    return ts[keep], vals[keep]
+
+
+def _stack(series: list[_Series]) -> tuple[np.ndarray, np.ndarray, pa.Array]:
+    ts = np.concatenate([s.ts[0] for s in series])
+    values = np.concatenate([s.values[0] for s in series])
+    lengths = [len(s.ts[0]) for s in series]
+    index = pa.array(np.repeat(np.arange(len(series), dtype=np.int32), lengths))
+    return ts, values, index
+
+
+def _first(labels: dict[str, str], names: tuple[str, ...]) -> str | None:
+    for name in names:
+        value = labels.get(name)
+        if value:
+            return value
+    return None
+
+
+def _iso(ms: int) -> str:
+    return datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def _short(exc: BaseException | None) -> str:
+    text = str(exc) if exc is not None else ""
+    return text if len(text) <= 300 else text[:300] + "..."
+
+
+def _error_text(body: bytes) -> str:
+    try:
+        doc = json.loads(body)
+        if isinstance(doc, dict) and doc.get("error"):
+            return f"({doc.get('errorType', 'error')}: {_short(doc['error'])})"
+    except (ValueError, UnicodeDecodeError):
+        pass
+    text = body[:200].decode("utf-8", errors="replace").strip()
+    return f"({text})" if text else ""
+
+
+__all__ = ["DCGM_LABEL_COLUMNS", "PrometheusRawSource", "parse_timestamp_ms"]

@@ -1,0 +1,148 @@
+"""Helpers for tests/test_prometheus.py: tiny OpenMetrics files and a misbehaving HTTP server.
+
+Nothing here is mocked: the OpenMetrics text is backfilled into a real Prometheus with promtool, and
+the fault server is a real `http.server` on 127.0.0.1, so the client sees real sockets, real status
+codes, real timeouts and real truncated bodies.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections import defaultdict
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, urlparse
+
+
+@dataclass(frozen=True)
+class Sample:
+    metric: str
+    labels: tuple[tuple[str, str], ...]
+    value: float
+    ts_ms: int
+
+    @property
+    def label_dict(self) -> dict[str, str]:
+        return dict(self.labels)
+
+
+def sample(metric: str, labels: dict[str, str], value: float, ts_ms: int) -> Sample:
+    return Sample(metric, tuple(sorted(labels.items())), float(value), int(ts_ms))
+
+
+def _escape(value: str) -> str:
+    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+def _value(value: float) -> str:
+    if value != value:
+        return "NaN"
+    return repr(float(value))
+
+
+def write_openmetrics(samples: Iterable[Sample], path: Path) -> Path:
+    """OpenMetrics text as promtool wants it: one contiguous block per family, each series in time order,
+    timestamps in seconds with millisecond decimals, `# EOF` at the end."""
+    families: dict[str, list[Sample]] = defaultdict(list)
+    for s in samples:
+        families[s.metric].append(s)
+    lines: list[str] = []
+    for metric in sorted(families):
+        lines.append(f"# TYPE {metric} gauge")
+        for s in sorted(families[metric], key=lambda s: (s.labels, s.ts_ms)):
+            labels = ",".join(f'{k}="{_escape(v)}"' for k, v in s.labels)
+            lines.append(f"{metric}{{{labels}}} {_value(s.value)} {s.ts_ms // 1000}.{s.ts_ms % 1000:03d}")
+    lines.append("# EOF")
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
+# --- a misbehaving Prometheus ------------------------------------------------------------------
+
+
+def matrix_body(series: list[tuple[dict[str, str], list[tuple[int, str]]]]) -> bytes:
+    result = [
+        {"metric": labels, "values": [[ts_ms / 1000, value] for ts_ms, value in values]}
+        for labels, values in series
+    ]
+    return json.dumps({"status": "success", "data": {"resultType": "matrix", "result": result}}).encode()
+
+
+@dataclass
+class Reply:
+    status: int = 200
+    body: bytes = b""
+    delay_s: float = 0.0
+    content_length: int | None = None  # lie about the length to cut the connection mid-body
+
+
+@dataclass
+class FaultServer:
+    """`http.server` on 127.0.0.1 answering /api/v1/query with `respond(n, query_params)` for the n-th
+    request (0-based). Records every request's path, parameters and headers."""
+
+    respond: Callable[[int, dict[str, str]], Reply]
+    requests: list[dict[str, Any]] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self._lock = threading.Lock()
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - quiet
+                return None
+
+            def do_GET(self) -> None:  # noqa: N802 - http.server's name
+                parsed = urlparse(self.path)
+                params = {k: v[0] for k, v in parse_qs(parsed.query).items()}
+                with outer._lock:
+                    n = len(outer.requests)
+                    outer.requests.append(
+                        {"path": parsed.path, "params": params, "headers": dict(self.headers)}
+                    )
+                reply = outer.respond(n, params)
+                if reply.delay_s:
+                    time.sleep(reply.delay_s)
+                try:
+                    self.send_response(reply.status)
+                    self.send_header("Content-Type", "application/json")
+                    length = len(reply.body) if reply.content_length is None else reply.content_length
+                    self.send_header("Content-Length", str(length))
+                    if reply.content_length is not None:
+                        self.send_header("Connection", "close")
+                    self.end_headers()
+                    self.wfile.write(reply.body)
+                    self.wfile.flush()
+                    if reply.content_length is not None:
+                        self.close_connection = True
+                except (BrokenPipeError, ConnectionResetError):
+                    pass
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05})
+        self._thread.daemon = True
+
+    @property
+    def url(self) -> str:
+        host, port = self._server.server_address[:2]
+        return f"http://{host}:{port}"
+
+    def __enter__(self) -> FaultServer:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(timeout=5)
+
+
+__all__ = ["FaultServer", "Reply", "Sample", "matrix_body", "sample", "write_openmetrics"]
