@@ -151,3 +151,19 @@ def test_schedules_take_the_previous_complete_day_and_month(demo_dir: Path) -> N
         request = monthly(ctx)
     assert request.partition_key == "2026-11-01"
     assert defs.resolve_job_def(INVOICE_MONTH_JOB).partitions_def is not None
+
+
+def test_code_location_loads_as_dagster_dev_loads_it(tmp_path: Path) -> None:
+    """`dagster dev -m pipelines.definitions` loads the same module; validate it the same way."""
+    import os
+    import subprocess
+    import sys
+
+    dagster = Path(sys.executable).parent / "dagster"
+    env = {**os.environ, "DAGSTER_HOME": str(tmp_path)}
+    run = subprocess.run(
+        [str(dagster), "definitions", "validate", "-m", "pipelines.definitions"],
+        capture_output=True, text=True, env=env, timeout=300, cwd=Path(__file__).resolve().parent.parent,
+    )
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert "Validation successful" in run.stderr + run.stdout
