@@ -7,7 +7,7 @@ from functools import lru_cache
 
 from dagster import ConfigurableResource
 
-from metering.config import Config, ParquetSource, load_config
+from metering.config import Config, ParquetSource, PrometheusSource, load_config
 from metering.sources import ParquetRawSource, RawSource, SourceError
 from metering.warehouse import Warehouse
 
@@ -30,9 +30,34 @@ class GpumeterConfigResource(ConfigurableResource):
         spec = cluster_spec.source
         if isinstance(spec, ParquetSource):
             return ParquetRawSource(spec.path)
+        return PrometheusResource(**spec.model_dump(exclude={"kind"})).raw_source(cluster, cluster_spec.cluster_label)
+
+
+class PrometheusResource(ConfigurableResource):
+    """A PromQL API (Prometheus, Thanos, Mimir, VictoriaMetrics) through prometheus-api-client.
+
+    Fields mirror the config's `source: {kind: prometheus}` block (docs/config.md); secrets are named by
+    environment variable, never stored. Usable on its own in other Dagster code, and built from the config
+    for each Prometheus cluster by `GpumeterConfigResource.source`."""
+
+    url: str
+    bearer_token_env: str | None = None
+    headers_env: str | None = None
+    verify_tls: bool = True
+    timeout_seconds: float = 60.0
+    retries: int = 3
+    max_concurrent_queries: int = 4
+    selector: str | None = None
+    replica_labels: list[str] = ["prometheus_replica", "replica"]
+    claims_file: str | None = None
+    slices_file: str | None = None
+    kubeconfig: str | None = None
+
+    def raw_source(self, cluster: str, cluster_label: str = "cluster") -> RawSource:
         from metering.prometheus import PrometheusRawSource  # imported only where a cluster uses it
 
-        return PrometheusRawSource(spec, cluster=cluster, cluster_label=cluster_spec.cluster_label)
+        spec = PrometheusSource(kind="prometheus", **self.model_dump())
+        return PrometheusRawSource(spec, cluster=cluster, cluster_label=cluster_label)
 
 
 @lru_cache(maxsize=8)
@@ -41,4 +66,4 @@ def _load(path: str, _mtime_ns: int) -> Config:
     return load_config(path)
 
 
-__all__ = ["GpumeterConfigResource", "SourceError"]
+__all__ = ["GpumeterConfigResource", "PrometheusResource", "SourceError"]

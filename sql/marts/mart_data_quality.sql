@@ -6,11 +6,29 @@ with observed as (
     from int_gpu_samples
     group by all
 ),
-expected as (
-    select cluster, node, sum(expected_gpus) * getvariable('scrape_s') as expected_gpu_seconds,
-           max(expected_gpus) as expected_gpus
+node_samples as (
+    select
+        *,
+        lead(ts_ms) over (partition by node order by ts_ms) as next_ts_ms
     from stg_kube_node_states
-    where in_day and expected_gpus is not null
+    where expected_gpus is not null
+),
+expected as (
+    -- Each kube-state-metrics sample stands until the next one (at most the lookback, never past
+    -- midnight), so the figure does not assume kube-state-metrics is scraped every Δ.
+    select
+        cluster,
+        node,
+        sum(
+            expected_gpus * least(
+                coalesce(next_ts_ms - ts_ms, getvariable('scrape_s') * 1000),
+                getvariable('lookback_ms'),
+                getvariable('day_end_ms') - ts_ms
+            )
+        ) / 1000.0 as expected_gpu_seconds,
+        max(expected_gpus) as expected_gpus
+    from node_samples
+    where in_day
     group by all
 ),
 share_sums as (
