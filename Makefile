@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: venv demo test lint dagster-ui dashboard clean
+.PHONY: venv demo demo-prometheus test lint dagster-ui dashboard clean
 
 $(STAMP): requirements.lock pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -17,6 +17,10 @@ venv: $(STAMP)
 
 demo: $(STAMP)
 	$(BIN)/gpumeter demo
+
+# The demo read back from a real local Prometheus (needs the Debian package prometheus); 1 day by default.
+demo-prometheus: $(STAMP)
+	$(BIN)/gpumeter demo --prometheus --out .gpumeter/demo-prometheus
 
 test: $(STAMP)
 	$(BIN)/ruff check .

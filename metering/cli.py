@@ -6,8 +6,10 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import sys
+import time
 import warnings
 from collections.abc import Sequence
 from datetime import date, timedelta
@@ -15,7 +17,14 @@ from pathlib import Path
 
 from rich.console import Console
 from rich.markup import escape
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    SpinnerColumn,
+    TextColumn,
+    TimeElapsedColumn,
+)
 from rich.table import Table
 
 from metering.config import ConfigError, config_schema, config_warnings, load_config
@@ -24,6 +33,10 @@ from metering.invoices import InvoiceError, Period
 REPO = Path(__file__).resolve().parent.parent
 DEMO_CONFIG = REPO / "examples" / "demo-config.yaml"
 DEFAULT_DEMO_DIR = Path(".gpumeter") / "demo"
+# `demo --prometheus`: promtool takes about a minute per simulated day of the demo factory (30 s scrape,
+# ~440 MB of OpenMetrics a day; 52-56 s measured on 2 CPUs, slower machines ~100 s).
+DEMO_PROMETHEUS_DAYS = 1
+BACKFILL_SECONDS_PER_DEMO_DAY = 60
 
 console = Console(highlight=False)
 err = Console(stderr=True, highlight=False)
@@ -252,15 +265,13 @@ def cmd_demo(args: argparse.Namespace) -> int:
     from metering import simulator
 
     out = Path(args.out)
+    if getattr(args, "prometheus", False):
+        days = args.days or DEMO_PROMETHEUS_DAYS
+        return demo_prometheus(out, simulator.FactorySpec(**{**simulator.demo_spec().__dict__, "days": days}))
     spec = simulator.demo_spec()
     if args.days:
         spec = simulator.FactorySpec(**{**spec.__dict__, "days": args.days})
-    if "DAGSTER_HOME" not in os.environ:  # record the demo's runs where `make dagster-ui` shows them
-        home = (out / "dagster").resolve()
-        home.mkdir(parents=True, exist_ok=True)
-        if not (home / "dagster.yaml").exists():
-            (home / "dagster.yaml").write_text("telemetry:\n  enabled: false\n", encoding="utf-8")
-        os.environ["DAGSTER_HOME"] = str(home)
+    _use_demo_dagster_home(out)
     console.print(f"[bold]gpumeter demo[/]: a simulated AI factory, {spec.days} days from {spec.start}, in {out}")
     with _progress() as progress:
         task = progress.add_task("simulating days", total=spec.days)
@@ -291,6 +302,193 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return 0 if ok else 1
 
 
+# --- demo --prometheus -----------------------------------------------------------------------
+
+# The one `source:` block of the demo config's cluster: the key line and every more indented line after it.
+_SOURCE_BLOCK = re.compile(r"^(?P<indent>[ ]*)source:[ ]*(?:#[^\n]*)?\n(?:(?P=indent)[ ]+[^\n]*\n)+", re.MULTILINE)
+_SCRAPE_INTERVAL = re.compile(r"^(scrape_interval_seconds:[ ]*)\d+", re.MULTILINE)
+
+
+def write_prometheus_demo_config(
+    out: Path,
+    url: str,
+    *,
+    claims_file: Path,
+    slices_file: Path,
+    scrape_interval_s: int | None = None,
+) -> Path:
+    """The demo config (`write_demo_config`: same tenants, rate card, warehouse under `out`) with its cluster's
+    `source:` block replaced by a `kind: prometheus` source reading `url`, and the DRA objects from files
+    (they are Kubernetes objects, not metrics). `scrape_interval_s` replaces Δ when the simulated factory
+    was scraped at another interval than the example's."""
+    path = write_demo_config(out)
+    text = path.read_text(encoding="utf-8")
+    blocks = list(_SOURCE_BLOCK.finditer(text))
+    if len(blocks) != 1:
+        raise CliError(f"{DEMO_CONFIG}: expected exactly one cluster `source:` block, found {len(blocks)}")
+    cluster = load_config(path).clusters[0].name
+    indent = blocks[0]["indent"]
+    inner = indent + "  "
+    # JSON strings are YAML double-quoted scalars: paths and the selector's quotes need no further escaping.
+    block = (
+        f"{indent}source:\n"
+        f"{inner}kind: prometheus               # the local Prometheus of `gpumeter demo --prometheus`\n"
+        f"{inner}url: {json.dumps(url)}\n"
+        f"{inner}selector: {json.dumps(f'cluster={json.dumps(cluster)}')}\n"
+        f"{inner}claims_file: {json.dumps(str(Path(claims_file).resolve()))}   # DRA objects, all simulated days\n"
+        f"{inner}slices_file: {json.dumps(str(Path(slices_file).resolve()))}\n"
+    )
+    text = text[: blocks[0].start()] + block + text[blocks[0].end() :]
+    if scrape_interval_s is not None:
+        text, count = _SCRAPE_INTERVAL.subn(rf"\g<1>{int(scrape_interval_s)}", text)
+        if count != 1:
+            raise CliError(f"{DEMO_CONFIG}: expected one `scrape_interval_seconds:` line, found {count}")
+    path.write_text(text, encoding="utf-8")
+    source = load_config(path).clusters[0].source
+    if source.kind != "prometheus":  # pragma: no cover - the replacement above is the whole point
+        raise CliError(f"{path}: the source block was not replaced")
+    return path
+
+
+def write_demo_k8s_objects(
+    folder: Path, claims_docs: Sequence[dict[str, object]], slices_doc: dict[str, object]
+) -> tuple[Path, Path]:
+    """One `kubectl get resourceclaims -A -o json` style list holding the claims of every simulated day (each
+    claim once, by uid), and the ResourceSlices: what a `kind: prometheus` source reads from files."""
+    seen: set[str] = set()
+    items: list[object] = []
+    for doc in claims_docs:
+        for item in doc.get("items", []) or []:  # type: ignore[union-attr]
+            meta = item.get("metadata", {}) if isinstance(item, dict) else {}
+            key = json.dumps([meta.get("uid"), meta.get("namespace"), meta.get("name")])
+            if key not in seen:
+                seen.add(key)
+                items.append(item)
+    envelope = dict(claims_docs[0]) if claims_docs else {"apiVersion": "v1", "kind": "List"}
+    envelope["items"] = items
+    folder.mkdir(parents=True, exist_ok=True)
+    claims_path, slices_path = folder / "resourceclaims.json", folder / "resourceslices.json"
+    claims_path.write_text(json.dumps(envelope, indent=1) + "\n", encoding="utf-8")
+    slices_path.write_text(json.dumps(slices_doc, indent=1) + "\n", encoding="utf-8")
+    return claims_path, slices_path
+
+
+def _use_demo_dagster_home(out: Path) -> None:
+    if "DAGSTER_HOME" not in os.environ:  # record the demo's runs where `make dagster-ui` shows them
+        home = (out / "dagster").resolve()
+        home.mkdir(parents=True, exist_ok=True)
+        if not (home / "dagster.yaml").exists():
+            (home / "dagster.yaml").write_text("telemetry:\n  enabled: false\n", encoding="utf-8")
+        os.environ["DAGSTER_HOME"] = str(home)
+
+
+def _backfill_estimate_s(spec: object) -> float:
+    """promtool's time, scaled from the demo factory's ~100 s per day by samples (GPUs x scrapes)."""
+    from metering import simulator
+
+    demo = simulator.demo_spec()
+    gpus = len(simulator.factory_layout(spec).gpus)  # type: ignore[arg-type]
+    demo_gpus = len(simulator.factory_layout(demo).gpus)
+    scale = (gpus / demo_gpus) * (demo.scrape_interval_s / spec.scrape_interval_s)  # type: ignore[attr-defined]
+    return BACKFILL_SECONDS_PER_DEMO_DAY * spec.days * scale  # type: ignore[attr-defined]
+
+
+def demo_prometheus(out: Path, spec: object) -> int:
+    """`gpumeter demo --prometheus`: the demo, with the raw samples read back from a real Prometheus.
+
+    Simulate `spec`, write it as OpenMetrics, backfill it with promtool into `out/prometheus-tsdb`, serve
+    that on 127.0.0.1 (metering.promserver), write `out/config.yaml` with a `kind: prometheus` source at the
+    server's URL, run the same Dagster jobs as `gpumeter demo` and print the same summary. The server is
+    stopped when this returns, whether it succeeds or fails."""
+    from metering import openmetrics, simulator
+    from metering.promserver import (
+        PrometheusNotInstalled,
+        PrometheusServer,
+        PrometheusServerError,
+        backfill,
+        find_binary,
+    )
+
+    assert isinstance(spec, simulator.FactorySpec)
+    try:  # before any work: say what to install
+        find_binary("promtool")
+        find_binary("prometheus")
+    except PrometheusNotInstalled as exc:
+        raise CliError(str(exc)) from None
+    _use_demo_dagster_home(out)
+    console.print(
+        f"[bold]gpumeter demo --prometheus[/]: a simulated AI factory, {spec.days} day(s) from {spec.start}, "
+        f"in {out}, metered through a local Prometheus"
+    )
+    om_path = out / "openmetrics" / "factory.om"
+    claims_docs: list[dict[str, object]] = []
+    slices_doc: dict[str, object] = {}
+    with _progress() as progress:
+        task = progress.add_task("writing OpenMetrics", total=spec.days)
+
+        def days_tables() -> object:
+            nonlocal slices_doc
+            for sim in simulator.iter_days(spec):  # what simulator.write_openmetrics writes, with the DRA objects
+                claims_docs.append(sim.resource_claims)
+                slices_doc = sim.resource_slices
+                yield sim.dcgm, sim.kube
+                progress.advance(task)
+
+        openmetrics.write_openmetrics(days_tables(), om_path)  # type: ignore[arg-type]
+    claims_file, slices_file = write_demo_k8s_objects(out / "k8s", claims_docs, slices_doc)
+
+    tsdb = out / "prometheus-tsdb"
+    if tsdb.exists():  # a re-run starts from an empty TSDB, not from a second copy of the blocks
+        shutil.rmtree(tsdb)
+    size_mb = om_path.stat().st_size / 1e6
+    console.print(
+        f"promtool backfill of {om_path} ({size_mb:,.0f} MB) into {tsdb}: one long step that takes a while, "
+        f"expect ~{_backfill_estimate_s(spec):,.0f} s (about a minute per demo day, more on a slow machine)..."
+    )
+    started = time.monotonic()
+    try:
+        with Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(), console=console) as bar:
+            bar.add_task("promtool backfill", total=None)
+            backfill(om_path, tsdb, timeout=max(600.0, 5 * _backfill_estimate_s(spec)))
+    except PrometheusServerError as exc:
+        raise CliError(str(exc)) from None
+    console.print(f"promtool backfill done in {time.monotonic() - started:,.0f} s")
+
+    days = list(spec.day_list)
+    periods = sorted({str(Period.of(d)) for d in days})
+    try:
+        with PrometheusServer(tsdb) as prom:
+            console.print(f"Prometheus serving {tsdb} on {prom.url} (stopped when the demo ends)")
+            config_path = write_prometheus_demo_config(
+                out, prom.url, claims_file=claims_file, slices_file=slices_file, scrape_interval_s=spec.scrape_interval_s
+            )
+            warned = _meter(config_path, days)
+            for period in periods:
+                _invoice(config_path, period)
+            for line in warned:
+                console.print(f"[yellow]check[/] {line}")
+            ok = print_summary(config_path, days[0], days[-1])
+            url = prom.url
+    except PrometheusServerError as exc:
+        raise CliError(str(exc)) from None
+    from metering.runner import exports_dir
+    from metering.warehouse import Warehouse
+
+    config = load_config(config_path)
+    invoices = out / "invoices"
+    invoices.mkdir(parents=True, exist_ok=True)
+    for period in periods:
+        for path in sorted(exports_dir(Warehouse.at(config.warehouse.path), period).glob("*.csv")):
+            shutil.copyfile(path, invoices / path.name)
+    console.print(
+        f"\nWritten: invoices in {invoices}/, marts in {out / 'warehouse'}/marts/, TSDB in {tsdb}/, "
+        f"config {config_path}\n"
+        f"Prometheus on {url} is stopped; the config's source points at it, so re-run with "
+        f"`gpumeter demo --prometheus --out {out}` (or `make demo-prometheus`)."
+    )
+    return 0 if ok else 1
+
+
 # --- parser ----------------------------------------------------------------------------------
 
 
@@ -303,7 +501,19 @@ def build_parser() -> argparse.ArgumentParser:
 
     demo = sub.add_parser("demo", help="simulate a small AI factory, meter it with the Dagster job, invoice it")
     demo.add_argument("--out", default=str(DEFAULT_DEMO_DIR), help="working directory (default: %(default)s)")
-    demo.add_argument("--days", type=int, help="days to simulate (default: 7)")
+    demo.add_argument(
+        "--days",
+        type=int,
+        help=f"days to simulate (default: 7; with --prometheus: {DEMO_PROMETHEUS_DAYS}, because promtool takes "
+        "about a minute or more to backfill each simulated day)",
+    )
+    demo.add_argument(
+        "--prometheus",
+        action="store_true",
+        help="meter through a real, local Prometheus: write OpenMetrics, backfill it with promtool into "
+        "OUT/prometheus-tsdb, serve it on 127.0.0.1 and read it with a `kind: prometheus` source "
+        "(needs the Debian package prometheus)",
+    )
     demo.set_defaults(func=cmd_demo)
 
     run = sub.add_parser("run", help="meter days (the same Dagster job the schedule runs) and invoice their months")
