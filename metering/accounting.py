@@ -117,6 +117,12 @@ def load_models(sql_dir: Path = SQL_DIR) -> tuple[Model, ...]:
 
 
 def _device_classes(con: duckdb.DuckDBPyConnection, config: Config) -> pa.Table:
+    if config.rate_card.price_source == "opencost":
+        # R8: never a silent zero. Pricing from node_gpu_hourly_cost is not built yet.
+        raise AccountingError(
+            "rate_card.price_source: opencost is not supported yet; set price_source: rate_card and price "
+            "each GPU model under rate_card.models"
+        )
     seen = con.sql(
         "select model_name, mig_profile, min(node) as node from stg_dcgm_samples "
         "where in_day group by all order by all"

@@ -59,12 +59,18 @@ def mig_slices(config: Config, model_name: str, profile: str) -> tuple[int, int,
         if any(fnmatch.fnmatchcase(model_name, pattern) for pattern in family.models) and base in family.profiles:
             compute, memory = family.profiles[base]
             return compute, memory, True
-    for family in _families(config):  # model unknown to every family: the profile name alone
-        if base in family.profiles and not any(
-            fnmatch.fnmatchcase(model_name, p) for f in _families(config) for p in f.models
-        ):
-            compute, memory = family.profiles[base]
+    ambiguity = ""
+    known_model = any(fnmatch.fnmatchcase(model_name, p) for f in _families(config) for p in f.models)
+    if not known_model:  # model unknown to every family: the profile name alone, if the families agree on it
+        slices = {family.profiles[base] for family in _families(config) if base in family.profiles}
+        if len(slices) == 1:
+            compute, memory = slices.pop()
             return compute, memory, True
+        if len(slices) > 1:  # e.g. 1g.10gb: (1, 2) on A100-40GB, (1, 1) on A100-80GB/H100: do not guess
+            ambiguity = (
+                f" (the model is in no catalog family, and the families disagree on this profile's slices: "
+                f"{sorted(slices)}; add the model under rate_card.mig_catalog)"
+            )
     match = _PROFILE.match(base)
     if not match:
         raise CatalogError(
@@ -75,7 +81,7 @@ def mig_slices(config: Config, model_name: str, profile: str) -> tuple[int, int,
     if not 1 <= compute <= 7:
         raise CatalogError(f"MIG profile {profile!r} on {model_name!r} claims {compute} of 7 compute slices")
     warnings.warn(
-        f"MIG profile {profile!r} on {model_name!r} is not in the catalog: weighing it {compute}/7 (R3)",
+        f"MIG profile {profile!r} on {model_name!r} is not in the catalog{ambiguity}: weighing it {compute}/7 (R3)",
         CatalogWarning,
         stacklevel=2,
     )
@@ -104,8 +110,8 @@ def resolve_device_class(
     rate = match_model(config, model_name)
     gpu_model = rate.model if rate else model_name
     opencost = config.rate_card.price_source == "opencost"
+    where = f" on node {node!r}" if node else ""
     if rate is None and not opencost:
-        where = f" on node {node!r}" if node else ""
         raise CatalogError(
             f"GPU model {model_name!r}{where} has no price: add it (or an alias matching it) under "
             "rate_card.models in the config."
@@ -113,7 +119,8 @@ def resolve_device_class(
     gpu_price = None if opencost or rate is None else rate.price_per_gpu_hour
     if not opencost and gpu_price is None:
         raise CatalogError(
-            f"GPU model {model_name!r} matches rate_card model {gpu_model!r}, which has no price_per_gpu_hour"
+            f"GPU model {model_name!r}{where} matches rate_card model {gpu_model!r}, which has no "
+            "price_per_gpu_hour"
         )
     if mig_profile is None:
         return DeviceClass(model_name, gpu_model, None, None, None, 1.0, gpu_price, gpu_price)

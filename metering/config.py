@@ -9,7 +9,15 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 RESERVED_BUCKETS = ("__idle__", "__unallocated__")
 IDLE = "__idle__"
@@ -69,6 +77,18 @@ class Cluster(_Model):
     cluster_label: str = Field("cluster", description="Series label naming the cluster (R: vocabulary).")
 
 
+def _mig_profile_key(profile: str) -> str:
+    if not _MIG_PROFILE.match(profile):
+        raise ValueError(f"MIG profile {profile!r} does not parse as <N>g.<M>gb")
+    return profile
+
+
+def _namespace_pattern(pattern: str) -> str:
+    if not re.fullmatch(r"[a-z0-9*?\[\]!-]+", pattern):
+        raise ValueError(f"{pattern!r} is not a namespace name or glob (lowercase letters, digits, '-', '*', '?')")
+    return pattern
+
+
 class GpuModelPrice(_Model):
     model: str = Field(min_length=1, description="Canonical model name, e.g. H100-80GB.")
     aliases: list[str] = Field(
@@ -76,19 +96,9 @@ class GpuModelPrice(_Model):
         description="modelName values (exact, or shell globs like 'NVIDIA H100*') that mean this model.",
     )
     price_per_gpu_hour: float | None = Field(None, ge=0)
-    mig_profiles: dict[str, float] = Field(
+    mig_profiles: dict[Annotated[str, AfterValidator(_mig_profile_key)], Annotated[float, Field(ge=0)]] = Field(
         default_factory=dict, description="Explicit price per MIG instance-hour, by profile (R8)."
     )
-
-    @field_validator("mig_profiles")
-    @classmethod
-    def _profiles_parse(cls, value: dict[str, float]) -> dict[str, float]:
-        for profile, price in value.items():
-            if not _MIG_PROFILE.match(profile):
-                raise ValueError(f"MIG profile {profile!r} does not parse as <N>g.<M>gb")
-            if price < 0:
-                raise ValueError(f"price for {profile!r} is negative")
-        return value
 
 
 class MigFamily(_Model):
@@ -120,27 +130,32 @@ class PodLabelRule(_Model):
 
     @property
     def metric_label(self) -> str:
-        """kube-state-metrics' sanitized name of the key (R7)."""
-        key = self.key if self.key.startswith("label_") else "label_" + re.sub(r"[^a-zA-Z0-9_]", "_", self.key)
-        return key
+        """kube-state-metrics' sanitized name of the key (R7): invalid characters become `_`, then camelCase
+        becomes snake_case and everything is lowercased, as ksm does (`app.kubernetes.io/team` ->
+        `label_app_kubernetes_io_team`, `teamName` -> `label_team_name`). A key already starting with
+        `label_` is taken as sanitized."""
+        if self.key.startswith("label_"):
+            return self.key
+        sanitized = re.sub(r"[^a-zA-Z0-9_]", "_", self.key)
+        return "label_" + re.sub(r"([a-z0-9])([A-Z])", r"\1_\2", sanitized).lower()
 
 
 class Tenant(_Model):
     name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
     cost_center: str | None = None
-    namespaces: list[str] = Field(default_factory=list, description="Namespace names or shell globs.")
+    namespaces: list[Annotated[str, AfterValidator(_namespace_pattern)]] = Field(
+        default_factory=list, description="Namespace names or shell globs."
+    )
     vclusters: list[str] = Field(default_factory=list, description="vCluster names (host pod label).")
     pod_labels: list[PodLabelRule] = Field(default_factory=list)
     monthly_budget: float | None = Field(None, ge=0)
 
-    @field_validator("namespaces")
+    @field_validator("name", mode="before")
     @classmethod
-    def _namespace_patterns(cls, value: list[str]) -> list[str]:
-        for pattern in value:
-            if not re.fullmatch(r"[a-z0-9*?\[\]!-]+", pattern):
-                raise ValueError(
-                    f"{pattern!r} is not a namespace name or glob (lowercase letters, digits, '-', '*', '?')"
-                )
+    def _not_reserved(cls, value: object) -> object:
+        # Before the name pattern, so that `__idle__` is told it is reserved, not that it is misspelt.
+        if value in RESERVED_BUCKETS:
+            raise ValueError(f"tenant name {value!r} is reserved for the bucket of that name (R7, R9)")
         return value
 
 
@@ -213,6 +228,8 @@ def _place(loc: tuple[Any, ...]) -> str:
             out += f"[{part}]"
         elif part in ("parquet", "prometheus") and out.endswith("source"):
             continue  # the discriminated-union tag pydantic inserts
+        elif part == "[key]":
+            continue  # a bad dict key: the key itself is the place
         else:
             out += ("." if out else "") + str(part)
     return out
@@ -242,6 +259,28 @@ def _line_numbers(text: str) -> dict[str, int]:
     return lines
 
 
+def _name_problems(raw: dict[str, Any]) -> list[tuple[tuple[Any, ...], str]]:
+    """Duplicate tenant and cluster names, with the place of each repeat. Found on the raw data so that they
+    are reported together with every other problem (pydantic runs Config's own check only on valid fields)."""
+    problems: list[tuple[tuple[Any, ...], str]] = []
+    for section, what in (("tenants", "tenant"), ("clusters", "cluster")):
+        items = raw.get(section)
+        if not isinstance(items, list):
+            continue
+        first: dict[str, int] = {}
+        for index, item in enumerate(items):
+            name = item.get("name") if isinstance(item, dict) else None
+            if not isinstance(name, str):
+                continue
+            if name in first:
+                problems.append(
+                    ((section, index, "name"), f"{what} {name!r} is defined twice (first at {section}[{first[name]}])")
+                )
+            else:
+                first[name] = index
+    return problems
+
+
 def parse_config(text: str, source: str = "<config>", base_dir: Path | None = None) -> Config:
     """Parse and validate; every problem is reported with its place (and line) in the file."""
     try:
@@ -252,32 +291,45 @@ def parse_config(text: str, source: str = "<config>", base_dir: Path | None = No
         raise ConfigError(source, [(where, f"not valid YAML: {getattr(exc, 'problem', exc)}")]) from None
     if not isinstance(raw, dict):
         raise ConfigError(source, [("", "the file must be a YAML mapping (see examples/demo-config.yaml)")])
+    names = _name_problems(raw)
     try:
         config = Config.model_validate(raw)
     except ValidationError as exc:
-        lines = _line_numbers(text)
-        problems = []
-        for err in exc.errors():
-            place = _place(err["loc"])
-            line = lines.get(place)
-            if line is None:  # a missing field: point at its parent
-                parent = place.rsplit(".", 1)[0] if "." in place else ""
-                line = lines.get(parent)
-            label = f"{place} (line {line})" if line else place
-            problems.append((label, err["msg"].removeprefix("Value error, ")))
-        raise ConfigError(source, problems) from None
+        found = [(err["loc"], err["msg"]) for err in exc.errors()]
+        if names:  # Config's own name check (no place) repeats what _name_problems found, with places
+            found = [(loc, msg) for loc, msg in found if loc]
+        raise ConfigError(source, _placed(text, [*found, *names])) from None
     if base_dir is not None:
         config = _resolve_paths(config, base_dir)
     return config
+
+
+def _placed(text: str, found: list[tuple[tuple[Any, ...], str]]) -> list[tuple[str, str]]:
+    """(loc, message) -> ("place (line N)", message), in the order of the file."""
+    lines = _line_numbers(text)
+    placed: list[tuple[int, str, str]] = []
+    for loc, msg in found:
+        place = _place(loc)
+        line = lines.get(place)
+        if line is None:  # a missing field: point at its parent
+            parent = re.sub(r"(\.[^.\[\]]+|\[\d+\])$", "", place)
+            line = lines.get(parent if parent != place else "")
+        label = f"{place} (line {line})" if line else place
+        placed.append((line or 0, label, msg.removeprefix("Value error, ")))
+    placed.sort(key=lambda item: item[0])  # stable: problems of one line keep pydantic's order
+    return [(label, msg) for _, label, msg in placed]
 
 
 def _resolve_paths(config: Config, base_dir: Path) -> Config:
     """Relative paths in the file are relative to the file, so a config works from any directory."""
 
     def resolve(path: str | None) -> str | None:
-        if path is None or "://" in path or os.path.isabs(os.path.expanduser(path)):
+        if path is None or "://" in path:
             return path
-        return str((base_dir / path).resolve())
+        expanded = os.path.expanduser(path)
+        if os.path.isabs(expanded):
+            return expanded
+        return str((base_dir / expanded).resolve())
 
     clusters = []
     for cluster in config.clusters:
@@ -303,6 +355,12 @@ def load_config(path: str | os.PathLike[str]) -> Config:
         text = file.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise ConfigError(str(file), [("", "file not found; `gpumeter demo` writes an example config")]) from None
+    except IsADirectoryError:
+        raise ConfigError(str(file), [("", "is a directory, not a config file")]) from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(str(file), [("", f"not UTF-8 text ({exc.reason} at byte {exc.start})")]) from None
+    except OSError as exc:
+        raise ConfigError(str(file), [("", f"cannot be read: {exc.strerror or exc}")]) from None
     return parse_config(text, source=str(file), base_dir=file.resolve().parent)
 
 
