@@ -117,12 +117,6 @@ def load_models(sql_dir: Path = SQL_DIR) -> tuple[Model, ...]:
 
 
 def _device_classes(con: duckdb.DuckDBPyConnection, config: Config) -> pa.Table:
-    if config.rate_card.price_source == "opencost":
-        # R8: never a silent zero. Pricing from node_gpu_hourly_cost is not built yet.
-        raise AccountingError(
-            "rate_card.price_source: opencost is not supported yet; set price_source: rate_card and price "
-            "each GPU model under rate_card.models"
-        )
     seen = con.sql(
         "select model_name, mig_profile, min(node) as node from stg_dcgm_samples "
         "where in_day group by all order by all"
@@ -259,12 +253,30 @@ def meter_day(
                 # Marts are read by people and diffed by finance: a stable row order makes a re-run's
                 # files identical to the byte (R15). Larger intermediate tables keep the engine's order.
                 order = " order by all" if model.layer == "marts" else ""
+                if model.name == "int_gpu_samples":
+                    _require_prices(con)
                 results[model.name] = con.sql(f"select * from {model.name}{order}").to_arrow_table()
                 if on_model:
                     on_model(model)
         return results
     finally:
         con.close()
+
+
+def _require_prices(con: duckdb.DuckDBPyConnection) -> None:
+    """R8: a GPU whose price cannot be resolved stops the run, naming model and node; never a silent zero."""
+    missing = con.execute(
+        "select model_name, node, min(ts_ms) from int_gpu_samples where gpu_price_per_hour is null "
+        "group by all order by all limit 1"
+    ).fetchone()
+    if missing:
+        model, node, ts_ms = missing
+        when = datetime.fromtimestamp(ts_ms / 1000, UTC).isoformat().replace("+00:00", "Z")
+        raise AccountingError(
+            f"GPU model {model!r} on node {node!r} has no price at {when}: OpenCost's node_gpu_hourly_cost has no "
+            "sample for the node within kube_lookback_seconds (price_source: opencost); check that OpenCost is "
+            "scraped, or price the model under rate_card.models with price_source: rate_card"
+        )
 
 
 def _conform(table: pa.Table, schema: pa.Schema) -> pa.Table:

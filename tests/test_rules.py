@@ -692,3 +692,44 @@ def test_r5_r6_shared_dra_claim_splits_between_its_running_pods() -> None:
     assert (w1["device_seconds"], w1["reserved_cost"], w1["tenant"]) == (D(90), D("0.09"), "team-a")
     assert (w2["device_seconds"], w2["reserved_cost"], w2["tenant"]) == (D(30), D("0.03"), "ml")
     assert charges(out)[(IDLE, "idle")] == D(0)
+
+
+# --- R8: price_source: opencost ------------------------------------------------------------------
+
+
+def opencost_price(f: FactoryBuilder, node: str, ts_index: int, price: float) -> None:
+    f._kube_row(ts_index, "node_gpu_hourly_cost", price, {"node": node, "instance_type": "p5.48xlarge"})
+
+
+def test_opencost_prices_are_time_weighted_per_node_r8() -> None:
+    """# R8: node_gpu_hourly_cost per node at each sample; the price changes half-way through."""
+    f = factory()
+    f.gpu("n1", "GPU-1", H100)
+    for i in range(4):
+        opencost_price(f, "n1", i, 3.6 if i < 2 else 7.2)
+        f.sample("GPU-1", i, util=50, pod=P1)
+    config = make_config(rate_card={"price_source": "opencost", "models": []})
+    out = meter(f, config)
+    # 2 samples × 60 s at 3.6/h + 2 at 7.2/h = 0.12 + 0.24
+    assert one(out, "mart_pool_daily_cost")["pool_cost"] == D("0.36")
+    assert one(out, "mart_device_seconds")["reserved_cost"] == D("0.36")
+    assert rows(out, "mart_tenant_daily_cost", tenant=IDLE)[0]["amount"] == D(0)
+
+
+def test_opencost_mig_instance_weighs_the_node_price_r8() -> None:
+    """# R3 R8: a 3g.40gb instance costs 3/7 of the node's GPU price."""
+    f = factory()
+    f.gpu("n1", "GPU-1", A100)
+    opencost_price(f, "n1", 0, 7.0)
+    f.sample("GPU-1", 0, gpu_i_id="1", profile="3g.40gb", gr=0.5, pod=P1)
+    out = meter(f, make_config(rate_card={"price_source": "opencost", "models": []}))
+    assert one(out, "mart_device_seconds")["reserved_cost"] == D("0.05")  # 60/3600 × 3/7 × 7.0
+    assert one(out, "mart_pool_daily_cost")["pool_cost"] == D("0.116666666667")
+
+
+def test_opencost_without_a_price_sample_names_model_and_node_r8() -> None:
+    f = factory()
+    f.gpu("n7", "GPU-1", H100)
+    f.sample("GPU-1", 0, util=50, pod=P1)
+    with pytest.raises(AccountingError, match=r"'NVIDIA H100 80GB HBM3' on node 'n7' has no price"):
+        meter_day(f.build(), make_config(rate_card={"price_source": "opencost", "models": []}), "c1", DAY)

@@ -30,7 +30,9 @@ select
     d.mig_profile,
     c.compute_slices,
     c.weight,
-    c.device_price_per_hour,
+    -- R8: the rate card's device price (weight × GPU price, or a MIG profile's own), else weight × the
+    -- node's OpenCost price at the sample.
+    coalesce(c.device_price_per_hour, c.weight * g.gpu_price_per_hour) as device_price_per_hour,
     -- R10: GR_ENGINE_ACTIVE where present, else GPU_UTIL / 100; clamped to [0, 1].
     least(greatest(coalesce(d.gr_engine_active, d.gpu_util_pct / 100.0), 0.0), 1.0) as busy,
     d.fb_used_mib,

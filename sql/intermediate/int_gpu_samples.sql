@@ -28,6 +28,20 @@ energy_deltas as (
         *,
         energy_mj - lag(energy_mj ignore nulls) over (partition by uuid order by ts_ms) as energy_step_mj
     from gpu_samples
+),
+priced as (
+    -- R8: the rate card's price of the GPU model, or under price_source: opencost the node's latest
+    -- node_gpu_hourly_cost sample (at most kube_lookback_seconds old): a price per sample, so a price
+    -- change during the day is time-weighted. A null price stops the run (accounting._require_prices).
+    select
+        e.*,
+        coalesce(
+            c.gpu_price_per_hour,
+            case when e.ts_ms - p.ts_ms <= getvariable('lookback_ms') then p.gpu_price_per_hour end
+        ) as gpu_price_per_hour
+    from energy_deltas as e
+    join int_device_classes as c on c.model_name = e.model_name and c.mig_profile is null
+    asof left join stg_opencost_prices as p on p.node = e.node and e.ts_ms >= p.ts_ms
 )
 select
     cluster,
@@ -37,6 +51,7 @@ select
     model_name,
     is_mig,
     unhealthy,
+    gpu_price_per_hour,
     -- A counter that went down was reset (driver reload): the new value is what accrued since (R10).
     case
         when energy_mj is null then 0
@@ -44,5 +59,5 @@ select
         when energy_step_mj >= 0 then energy_step_mj / 1000.0
         else energy_mj / 1000.0
     end as energy_joules
-from energy_deltas
+from priced
 where in_day

@@ -7,7 +7,7 @@ select
     g.model_name,
     count(*) as gpu_samples,
     cast(count(*) * getvariable('scrape_s') as decimal(38, 12)) as observed_gpu_seconds,
-    sum(cast(getvariable('scrape_s') / 3600.0 * c.gpu_price_per_hour as decimal(38, 12))) as pool_cost
+    sum(cast(getvariable('scrape_s') / 3600.0 * g.gpu_price_per_hour as decimal(38, 12))) as pool_cost
 from int_gpu_samples as g
 join int_device_classes as c on c.model_name = g.model_name and c.mig_profile is null
 group by all
