@@ -139,7 +139,9 @@ def _device_classes(con: duckdb.DuckDBPyConnection, config: Config) -> pa.Table:
     }
     for (model, profile), node in sorted(pairs.items(), key=lambda kv: (kv[0][0] or "", kv[0][1] or "")):
         if model is None:
-            raise AccountingError(f"DCGM series on node {node!r} carry no modelName label; cannot price them (R8)")
+            raise AccountingError(
+                f"DCGM series on node {node!r} carry no modelName label; cannot price them (R8)"
+            )
         try:
             cls = resolve_device_class(config, model, profile, node)
         except CatalogError as exc:
@@ -170,7 +172,13 @@ def _holder_tenants(con: duckdb.DuckDBPyConnection, config: Config) -> pa.Table:
         "select distinct h.namespace, h.pod, l.labels_json from int_device_holders as h "
         "left join stg_kube_pod_labels as l on l.namespace = h.namespace and l.pod = h.pod order by all"
     ).fetchall()
-    rows: dict[str, list[str | None]] = {"namespace": [], "pod": [], "tenant": [], "cost_center": [], "tenant_rule": []}
+    rows: dict[str, list[str | None]] = {
+        "namespace": [],
+        "pod": [],
+        "tenant": [],
+        "cost_center": [],
+        "tenant_rule": [],
+    }
     for namespace, pod, labels_json in holders:
         labels = {k: str(v) for k, v in json.loads(labels_json).items()} if labels_json else {}
         match = resolve_tenant(config, namespace, labels)

@@ -11,14 +11,37 @@ from dataclasses import dataclass
 from metering.config import Config, GpuModelPrice, MigFamily
 
 # Built-in MIG catalog (TELEMETRY.md): profile -> (compute slices of 7, memory slices of 8).
-_A100_40 = {"1g.5gb": (1, 1), "1g.10gb": (1, 2), "2g.10gb": (2, 2), "3g.20gb": (3, 4), "4g.20gb": (4, 4), "7g.40gb": (7, 8)}
-_X_80 = {"1g.10gb": (1, 1), "1g.20gb": (1, 2), "2g.20gb": (2, 2), "3g.40gb": (3, 4), "4g.40gb": (4, 4), "7g.80gb": (7, 8)}
-_H200 = {"1g.18gb": (1, 1), "1g.35gb": (1, 2), "2g.35gb": (2, 2), "3g.71gb": (3, 4), "4g.71gb": (4, 4), "7g.141gb": (7, 8)}
+_A100_40 = {
+    "1g.5gb": (1, 1),
+    "1g.10gb": (1, 2),
+    "2g.10gb": (2, 2),
+    "3g.20gb": (3, 4),
+    "4g.20gb": (4, 4),
+    "7g.40gb": (7, 8),
+}
+_X_80 = {
+    "1g.10gb": (1, 1),
+    "1g.20gb": (1, 2),
+    "2g.20gb": (2, 2),
+    "3g.40gb": (3, 4),
+    "4g.40gb": (4, 4),
+    "7g.80gb": (7, 8),
+}
+_H200 = {
+    "1g.18gb": (1, 1),
+    "1g.35gb": (1, 2),
+    "2g.35gb": (2, 2),
+    "3g.71gb": (3, 4),
+    "4g.71gb": (4, 4),
+    "7g.141gb": (7, 8),
+}
 
 BUILTIN_MIG_CATALOG: tuple[MigFamily, ...] = (
     MigFamily(family="A100-40GB", models=["*A100*40GB*", "*A100-PCIE-40GB*"], profiles=_A100_40),
     MigFamily(family="A100-80GB", models=["*A100*80GB*"], profiles=_X_80),
-    MigFamily(family="H100-80GB", models=["*H100*80GB*", "*H100 PCIe*", "*H100-SXM*", "*H100"], profiles=_X_80),
+    MigFamily(
+        family="H100-80GB", models=["*H100*80GB*", "*H100 PCIe*", "*H100-SXM*", "*H100"], profiles=_X_80
+    ),
     MigFamily(family="H200-141GB", models=["*H200*"], profiles=_H200),
 )
 
@@ -43,8 +66,12 @@ class DeviceClass:
     compute_slices: int | None
     memory_slices: int | None
     weight: float  # R3, GPU-equivalents
-    gpu_price_per_hour: float | None  # the whole GPU's price (pool cost, R9); None under price_source: opencost
-    device_price_per_hour: float | None  # this device's price per device-hour (weight × GPU price, or override)
+    gpu_price_per_hour: (
+        float | None
+    )  # the whole GPU's price (pool cost, R9); None under price_source: opencost
+    device_price_per_hour: (
+        float | None
+    )  # this device's price per device-hour (weight × GPU price, or override)
 
 
 def _families(config: Config) -> list[MigFamily]:
@@ -56,7 +83,10 @@ def mig_slices(config: Config, model_name: str, profile: str) -> tuple[int, int,
     """(compute, memory, from_catalog) for a profile on a GPU model; R3 fallback for unknown ones."""
     base = profile.removesuffix("+me")  # media-engine variants weigh as their base profile
     for family in _families(config):
-        if any(fnmatch.fnmatchcase(model_name, pattern) for pattern in family.models) and base in family.profiles:
+        if (
+            any(fnmatch.fnmatchcase(model_name, pattern) for pattern in family.models)
+            and base in family.profiles
+        ):
             compute, memory = family.profiles[base]
             return compute, memory, True
     ambiguity = ""

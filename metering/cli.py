@@ -151,7 +151,11 @@ def print_summary(config_path: Path, first: date, last: date) -> bool:
         charges.add_column(column, justify=justify, no_wrap=True)  # type: ignore[arg-type]
     for charge in summary.charges:
         share = float(charge.amount / summary.pool_cost) if summary.pool_cost else 0.0
-        eff = f"{charge.efficiency:.0%}" if charge.efficiency is not None and charge.tenant != "__idle__" else ""
+        eff = (
+            f"{charge.efficiency:.0%}"
+            if charge.efficiency is not None and charge.tenant != "__idle__"
+            else ""
+        )
         charges.add_row(
             charge.tenant,
             charge.cost_center or "",
@@ -161,7 +165,9 @@ def print_summary(config_path: Path, first: date, last: date) -> bool:
             f"{share:.1%}",
         )
     charges.add_section()
-    charges.add_row("pool cost", "", f"{summary.observed_gpu_hours:,.1f}", "", _money(summary.pool_cost, cur), "100%")
+    charges.add_row(
+        "pool cost", "", f"{summary.observed_gpu_hours:,.1f}", "", _money(summary.pool_cost, cur), "100%"
+    )
     console.print(charges)
 
     capacity = Table(title="Where capacity went (R11)", title_justify="left")
@@ -171,9 +177,13 @@ def print_summary(config_path: Path, first: date, last: date) -> bool:
     capacity.add_column("stranded", justify="center")
     total = sum(summary.capacity_hours.values()) or 1.0
     for category, hours in summary.capacity_hours.items():
-        capacity.add_row(category, f"{hours:,.1f}", f"{hours / total:.1%}", "" if category == "allocated_active" else "yes")
+        capacity.add_row(
+            category, f"{hours:,.1f}", f"{hours / total:.1%}", "" if category == "allocated_active" else "yes"
+        )
     capacity.add_section()
-    capacity.add_row("stranded", f"{summary.stranded_hours:,.1f}", f"{summary.stranded_hours / total:.1%}", "")
+    capacity.add_row(
+        "stranded", f"{summary.stranded_hours:,.1f}", f"{summary.stranded_hours / total:.1%}", ""
+    )
     console.print(capacity)
 
     ok = summary.charged == summary.pool_cost
@@ -201,16 +211,34 @@ def print_summary(config_path: Path, first: date, last: date) -> bool:
     return ok
 
 
-def cmd_run(args: argparse.Namespace) -> int:
-    config_path = Path(args.config)
-    load_config(config_path)  # fail fast, with every problem, before Dagster starts
-    days = _days(args.start, args.end)
+def meter_and_invoice(config_path: Path, days: list[date]) -> bool:
+    """The meter_day job for each day, the invoice_month job for each month touched, then the summary."""
     warned = _meter(config_path, days)
     for period in sorted({str(Period.of(d)) for d in days}):
         _invoice(config_path, period)
     for line in warned:
-        console.print(f"[yellow]warning[/] {line}")
-    return 0 if print_summary(config_path, days[0], days[-1]) else 1
+        console.print(f"[yellow]check[/] {escape(line)}")
+    return print_summary(config_path, days[0], days[-1])
+
+
+def copy_invoices(config_path: Path, days: list[date], out: Path) -> Path:
+    """The months' invoice CSVs, copied from the warehouse exports to `out/invoices`."""
+    from metering.runner import exports_dir
+    from metering.warehouse import Warehouse
+
+    warehouse = Warehouse.at(load_config(config_path).warehouse.path)
+    invoices = out / "invoices"
+    invoices.mkdir(parents=True, exist_ok=True)
+    for period in sorted({str(Period.of(d)) for d in days}):
+        for path in sorted(exports_dir(warehouse, period).glob("*.csv")):
+            shutil.copyfile(path, invoices / path.name)
+    return invoices
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    config_path = Path(args.config)
+    load_config(config_path)  # fail fast, with every problem, before Dagster starts
+    return 0 if meter_and_invoice(config_path, _days(args.start, args.end)) else 1
 
 
 def cmd_invoices(args: argparse.Namespace) -> int:
@@ -237,7 +265,9 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     from metering import simulator
 
     spec = simulator.demo_spec()
-    overrides = {k: v for k, v in (("start", args.start), ("days", args.days), ("seed", args.seed)) if v is not None}
+    overrides = {
+        k: v for k, v in (("start", args.start), ("days", args.days), ("seed", args.seed)) if v is not None
+    }
     spec = simulator.FactorySpec(**{**spec.__dict__, **overrides})
     out = Path(args.out)
     with _progress() as progress:
@@ -272,28 +302,16 @@ def cmd_demo(args: argparse.Namespace) -> int:
     if args.days:
         spec = simulator.FactorySpec(**{**spec.__dict__, "days": args.days})
     _use_demo_dagster_home(out)
-    console.print(f"[bold]gpumeter demo[/]: a simulated AI factory, {spec.days} days from {spec.start}, in {out}")
+    console.print(
+        f"[bold]gpumeter demo[/]: a simulated AI factory, {spec.days} days from {spec.start}, in {out}"
+    )
     with _progress() as progress:
         task = progress.add_task("simulating days", total=spec.days)
         simulator.write_parquet(spec, out / "source", progress=lambda _day: progress.advance(task))
     config_path = write_demo_config(out)
     days = [spec.start + timedelta(days=i) for i in range(spec.days)]
-    warned = _meter(config_path, days)
-    periods = sorted({str(Period.of(d)) for d in days})
-    for period in periods:
-        _invoice(config_path, period)
-    for line in warned:
-        console.print(f"[yellow]check[/] {line}")
-    ok = print_summary(config_path, days[0], days[-1])
-    config = load_config(config_path)
-    from metering.runner import exports_dir
-    from metering.warehouse import Warehouse
-
-    invoices = out / "invoices"
-    invoices.mkdir(parents=True, exist_ok=True)
-    for period in periods:
-        for path in sorted(exports_dir(Warehouse.at(config.warehouse.path), period).glob("*.csv")):
-            shutil.copyfile(path, invoices / path.name)
+    ok = meter_and_invoice(config_path, days)
+    invoices = copy_invoices(config_path, days, out)
     console.print(
         f"\nWritten: invoices in {invoices}/, marts in {out / 'warehouse'}/marts/, config {config_path}\n"
         f"Next: `make dagster-ui` shows the lineage and these runs; "
@@ -305,7 +323,9 @@ def cmd_demo(args: argparse.Namespace) -> int:
 # --- demo --prometheus -----------------------------------------------------------------------
 
 # The one `source:` block of the demo config's cluster: the key line and every more indented line after it.
-_SOURCE_BLOCK = re.compile(r"^(?P<indent>[ ]*)source:[ ]*(?:#[^\n]*)?\n(?:(?P=indent)[ ]+[^\n]*\n)+", re.MULTILINE)
+_SOURCE_BLOCK = re.compile(
+    r"^(?P<indent>[ ]*)source:[ ]*(?:#[^\n]*)?\n(?:(?P=indent)[ ]+[^\n]*\n)+", re.MULTILINE
+)
 _SCRAPE_INTERVAL = re.compile(r"^(scrape_interval_seconds:[ ]*)\d+", re.MULTILINE)
 
 
@@ -428,7 +448,9 @@ def demo_prometheus(out: Path, spec: object) -> int:
 
         def days_tables() -> object:
             nonlocal slices_doc
-            for sim in simulator.iter_days(spec):  # what simulator.write_openmetrics writes, with the DRA objects
+            for sim in simulator.iter_days(
+                spec
+            ):  # what simulator.write_openmetrics writes, with the DRA objects
                 claims_docs.append(sim.resource_claims)
                 slices_doc = sim.resource_slices
                 yield sim.dcgm, sim.kube
@@ -447,7 +469,9 @@ def demo_prometheus(out: Path, spec: object) -> int:
     )
     started = time.monotonic()
     try:
-        with Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(), console=console) as bar:
+        with Progress(
+            SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(), console=console
+        ) as bar:
             bar.add_task("promtool backfill", total=None)
             backfill(om_path, tsdb, timeout=max(600.0, 5 * _backfill_estimate_s(spec)))
     except PrometheusServerError as exc:
@@ -455,31 +479,21 @@ def demo_prometheus(out: Path, spec: object) -> int:
     console.print(f"promtool backfill done in {time.monotonic() - started:,.0f} s")
 
     days = list(spec.day_list)
-    periods = sorted({str(Period.of(d)) for d in days})
     try:
         with PrometheusServer(tsdb) as prom:
             console.print(f"Prometheus serving {tsdb} on {prom.url} (stopped when the demo ends)")
             config_path = write_prometheus_demo_config(
-                out, prom.url, claims_file=claims_file, slices_file=slices_file, scrape_interval_s=spec.scrape_interval_s
+                out,
+                prom.url,
+                claims_file=claims_file,
+                slices_file=slices_file,
+                scrape_interval_s=spec.scrape_interval_s,
             )
-            warned = _meter(config_path, days)
-            for period in periods:
-                _invoice(config_path, period)
-            for line in warned:
-                console.print(f"[yellow]check[/] {line}")
-            ok = print_summary(config_path, days[0], days[-1])
+            ok = meter_and_invoice(config_path, days)
             url = prom.url
     except PrometheusServerError as exc:
         raise CliError(str(exc)) from None
-    from metering.runner import exports_dir
-    from metering.warehouse import Warehouse
-
-    config = load_config(config_path)
-    invoices = out / "invoices"
-    invoices.mkdir(parents=True, exist_ok=True)
-    for period in periods:
-        for path in sorted(exports_dir(Warehouse.at(config.warehouse.path), period).glob("*.csv")):
-            shutil.copyfile(path, invoices / path.name)
+    invoices = copy_invoices(config_path, days, out)
     console.print(
         f"\nWritten: invoices in {invoices}/, marts in {out / 'warehouse'}/marts/, TSDB in {tsdb}/, "
         f"config {config_path}\n"
@@ -499,7 +513,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    demo = sub.add_parser("demo", help="simulate a small AI factory, meter it with the Dagster job, invoice it")
+    demo = sub.add_parser(
+        "demo", help="simulate a small AI factory, meter it with the Dagster job, invoice it"
+    )
     demo.add_argument("--out", default=str(DEFAULT_DEMO_DIR), help="working directory (default: %(default)s)")
     demo.add_argument(
         "--days",
@@ -516,7 +532,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     demo.set_defaults(func=cmd_demo)
 
-    run = sub.add_parser("run", help="meter days (the same Dagster job the schedule runs) and invoice their months")
+    run = sub.add_parser(
+        "run", help="meter days (the same Dagster job the schedule runs) and invoice their months"
+    )
     run.add_argument("--config", required=True, help="gpumeter YAML config")
     run.add_argument("--start", required=True, type=_date, help="first day, YYYY-MM-DD (UTC)")
     run.add_argument("--end", required=True, type=_date, help="last day, inclusive, YYYY-MM-DD (UTC)")
@@ -528,7 +546,9 @@ def build_parser() -> argparse.ArgumentParser:
     inv.add_argument("--out", required=True, help="directory for the CSV files")
     inv.set_defaults(func=cmd_invoices)
 
-    sim = sub.add_parser("simulate", help="write the simulated AI factory's raw samples (Parquet, OpenMetrics)")
+    sim = sub.add_parser(
+        "simulate", help="write the simulated AI factory's raw samples (Parquet, OpenMetrics)"
+    )
     sim.add_argument("--out", required=True, help="directory for raw Parquet (a `parquet` source)")
     sim.add_argument("--start", type=_date, help="first day (default 2026-11-01)")
     sim.add_argument("--days", type=int, help="number of days (default 7)")

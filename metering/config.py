@@ -24,7 +24,18 @@ IDLE = "__idle__"
 UNALLOCATED = "__unallocated__"
 
 # ISO 4217 minor units that are not 2 (R12 rounds to the currency's minor unit).
-_MINOR_UNITS = {"JPY": 0, "KRW": 0, "ISK": 0, "CLP": 0, "VND": 0, "BHD": 3, "KWD": 3, "OMR": 3, "JOD": 3, "TND": 3}
+_MINOR_UNITS = {
+    "JPY": 0,
+    "KRW": 0,
+    "ISK": 0,
+    "CLP": 0,
+    "VND": 0,
+    "BHD": 3,
+    "KWD": 3,
+    "OMR": 3,
+    "JOD": 3,
+    "TND": 3,
+}
 _LABEL_KEY = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
 _MIG_PROFILE = re.compile(r"^(\d+)g\.(\d+)gb(\+me)?$")
 
@@ -85,7 +96,9 @@ def _mig_profile_key(profile: str) -> str:
 
 def _namespace_pattern(pattern: str) -> str:
     if not re.fullmatch(r"[a-z0-9*?\[\]!-]+", pattern):
-        raise ValueError(f"{pattern!r} is not a namespace name or glob (lowercase letters, digits, '-', '*', '?')")
+        raise ValueError(
+            f"{pattern!r} is not a namespace name or glob (lowercase letters, digits, '-', '*', '?')"
+        )
     return pattern
 
 
@@ -96,8 +109,8 @@ class GpuModelPrice(_Model):
         description="modelName values (exact, or shell globs like 'NVIDIA H100*') that mean this model.",
     )
     price_per_gpu_hour: float | None = Field(None, ge=0)
-    mig_profiles: dict[Annotated[str, AfterValidator(_mig_profile_key)], Annotated[float, Field(ge=0)]] = Field(
-        default_factory=dict, description="Explicit price per MIG instance-hour, by profile (R8)."
+    mig_profiles: dict[Annotated[str, AfterValidator(_mig_profile_key)], Annotated[float, Field(ge=0)]] = (
+        Field(default_factory=dict, description="Explicit price per MIG instance-hour, by profile (R8).")
     )
 
 
@@ -171,14 +184,18 @@ class Stranded(_Model):
 
 
 class Checks(_Model):
-    min_coverage: float = Field(0.95, ge=0, le=1, description="Observed/expected GPU-seconds below this warns.")
+    min_coverage: float = Field(
+        0.95, ge=0, le=1, description="Observed/expected GPU-seconds below this warns."
+    )
 
 
 class Config(_Model):
     pool: str = Field("gpu-pool", description="Name of the pool on invoices.")
     currency: str = Field("USD", pattern=r"^[A-Z]{3}$")
     currency_minor_unit: int | None = Field(None, ge=0, le=4)
-    scrape_interval_seconds: int = Field(30, gt=0, le=3600, description="Δ: the time one raw sample stands for (R1).")
+    scrape_interval_seconds: int = Field(
+        30, gt=0, le=3600, description="Δ: the time one raw sample stands for (R1)."
+    )
     kube_lookback_seconds: int = Field(
         300, gt=0, description="How old a kube-state-metrics sample may be to describe a DCGM sample."
     )
@@ -274,7 +291,10 @@ def _name_problems(raw: dict[str, Any]) -> list[tuple[tuple[Any, ...], str]]:
                 continue
             if name in first:
                 problems.append(
-                    ((section, index, "name"), f"{what} {name!r} is defined twice (first at {section}[{first[name]}])")
+                    (
+                        (section, index, "name"),
+                        f"{what} {name!r} is defined twice (first at {section}[{first[name]}])",
+                    )
                 )
             else:
                 first[name] = index
@@ -354,7 +374,9 @@ def load_config(path: str | os.PathLike[str]) -> Config:
     try:
         text = file.read_text(encoding="utf-8")
     except FileNotFoundError:
-        raise ConfigError(str(file), [("", "file not found; `gpumeter demo` writes an example config")]) from None
+        raise ConfigError(
+            str(file), [("", "file not found; `gpumeter demo` writes an example config")]
+        ) from None
     except IsADirectoryError:
         raise ConfigError(str(file), [("", "is a directory, not a config file")]) from None
     except UnicodeDecodeError as exc:
@@ -384,7 +406,10 @@ def config_warnings(config: Config) -> list[tuple[str, str]]:
             for b, vc in enumerate(second.vclusters):
                 if vc in first.vclusters:
                     warnings.append(
-                        (f"tenants[{j}].vclusters[{b}]", f"vCluster {vc!r} is also tenant {first.name!r}'s, which wins")
+                        (
+                            f"tenants[{j}].vclusters[{b}]",
+                            f"vCluster {vc!r} is also tenant {first.name!r}'s, which wins",
+                        )
                     )
             for b, rule in enumerate(second.pod_labels):
                 for other in first.pod_labels:
@@ -398,7 +423,9 @@ def config_warnings(config: Config) -> list[tuple[str, str]]:
                         )
     for m, model in enumerate(config.rate_card.models):
         if model.price_per_gpu_hour is None and config.rate_card.price_source == "rate_card":
-            warnings.append((f"rate_card.models[{m}].price_per_gpu_hour", "no price: GPUs of this model stop the run"))
+            warnings.append(
+                (f"rate_card.models[{m}].price_per_gpu_hour", "no price: GPUs of this model stop the run")
+            )
     return warnings
 
 

@@ -191,7 +191,9 @@ def write_invoice_csvs(lines: pa.Table, config: Config, period: Period, out_dir:
     """`invoice_lines_<period>_all.csv` (every line, __idle__ and __unallocated__ included) and one file per
     configured tenant that has lines. Each file is written atomically."""
     out_dir = Path(out_dir)
-    written = [atomic_write_text(out_dir / f"invoice_lines_{period}_all.csv", invoice_csv(lines, config.minor_unit))]
+    written = [
+        atomic_write_text(out_dir / f"invoice_lines_{period}_all.csv", invoice_csv(lines, config.minor_unit))
+    ]
     tenants = [t for t in dict.fromkeys(lines.column("tenant").to_pylist()) if t not in (IDLE, UNALLOCATED)]
     for tenant in tenants:
         mask = [t == tenant for t in lines.column("tenant").to_pylist()]
@@ -230,7 +232,11 @@ class Reconciliation:
 
 def reconcile(lines: pa.Table, pool_daily_cost: pa.Table, period: Period, minor_unit: int) -> Reconciliation:
     pool = sum(
-        (Decimal(r["pool_cost"]) for r in pool_daily_cost.to_pylist() if period.start <= r["day"] < period.end),
+        (
+            Decimal(r["pool_cost"])
+            for r in pool_daily_cost.to_pylist()
+            if period.start <= r["day"] < period.end
+        ),
         Decimal(0),
     )
     unrounded = sum((Decimal(v) for v in lines.column("amount_unrounded").to_pylist()), Decimal(0))

@@ -61,7 +61,8 @@ def pool_summary(warehouse: Warehouse, first_day: date, last_day: date) -> PoolS
         params,
     ).fetchone()
     unobserved = con.execute(
-        "select coalesce(sum(unobserved_gpu_seconds), 0) / 3600 from data_quality where day between ? and ?", params
+        "select coalesce(sum(unobserved_gpu_seconds), 0) / 3600 from data_quality where day between ? and ?",
+        params,
     ).fetchone()[0]
     rows = con.execute(
         """

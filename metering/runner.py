@@ -65,7 +65,10 @@ def read_raw_day(warehouse: Warehouse, cluster: str, day: date) -> RawDay:
         stored = warehouse.read_days(RAW, name, [day], cluster) if path.exists() else None
         tables[name] = schema.empty_table() if stored is None else stored.select(schema.names).cast(schema)
     return RawDay(
-        tables["raw_dcgm_samples"], tables["raw_kube_samples"], tables["raw_dra_allocations"], tables["raw_dra_devices"]
+        tables["raw_dcgm_samples"],
+        tables["raw_kube_samples"],
+        tables["raw_dra_allocations"],
+        tables["raw_dra_devices"],
     )
 
 
@@ -76,7 +79,9 @@ def meter_partition_day(
     Returns row counts per model and the tables per cluster (for the asset checks)."""
     results: dict[str, dict[str, pa.Table]] = {}
     for cluster in config.clusters:
-        results[cluster.name] = meter_day(read_raw_day(warehouse, cluster.name, day), config, cluster.name, day)
+        results[cluster.name] = meter_day(
+            read_raw_day(warehouse, cluster.name, day), config, cluster.name, day
+        )
     counts: dict[str, int] = {}
     models = {m.name: m for m in load_models()}
     for cluster_name, tables in results.items():
@@ -126,4 +131,6 @@ def roll_up_month(config: Config, warehouse: Warehouse, period_key: str) -> Mont
         day_count = len(set(daily.column("day").to_pylist()))
     warehouse.write_period(MARTS, "invoice_lines", str(period), lines)
     exports = write_invoice_csvs(lines, config, period, exports_dir(warehouse, str(period)))
-    return MonthSummary(str(period), lines.num_rows, day_count, reconcile(lines, pool, period, config.minor_unit), exports)
+    return MonthSummary(
+        str(period), lines.num_rows, day_count, reconcile(lines, pool, period, config.minor_unit), exports
+    )

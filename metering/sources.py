@@ -33,11 +33,15 @@ def _read_window(path: Path, table: str, start_ms: int, end_ms: int) -> pa.Table
     try:
         rows = pq.read_table(path, filters=[("ts_ms", ">=", start_ms), ("ts_ms", "<", end_ms)])
     except (pa.ArrowInvalid, OSError) as exc:
-        raise SourceError(f"{path}: not a readable Parquet file ({exc}); re-create it or remove the day") from exc
+        raise SourceError(
+            f"{path}: not a readable Parquet file ({exc}); re-create it or remove the day"
+        ) from exc
     schema = RAW_TABLES[table]
     missing = [name for name in schema.names if name not in rows.column_names]
     if missing:
-        raise SourceError(f"{path}: missing column(s) {', '.join(missing)} of the raw-samples schema ({table})")
+        raise SourceError(
+            f"{path}: missing column(s) {', '.join(missing)} of the raw-samples schema ({table})"
+        )
     try:
         return rows.select(schema.names).cast(schema)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
@@ -56,7 +60,9 @@ class ParquetRawSource:
 
     def fetch_day(self, cluster: str, day: date, lookback_ms: int) -> RawDay:
         if not self.root.exists():
-            raise SourceError(f"raw source directory {self.root} does not exist; run `gpumeter simulate` first")
+            raise SourceError(
+                f"raw source directory {self.root} does not exist; run `gpumeter simulate` first"
+            )
         start_ms, end_ms = day_bounds_ms(day)
         window_start = start_ms - lookback_ms
         tables: dict[str, pa.Table] = {}
@@ -84,9 +90,13 @@ class ParquetRawSource:
             claims_file, slices_file = folder / "resourceclaims.json", folder / "resourceslices.json"
             try:
                 if claims_file.exists():
-                    claims.append(parse_resource_claims(load_k8s_json(claims_file), cluster, str(claims_file)))
+                    claims.append(
+                        parse_resource_claims(load_k8s_json(claims_file), cluster, str(claims_file))
+                    )
                 if slices_file.exists():
-                    slices.append(parse_resource_slices(load_k8s_json(slices_file), cluster, str(slices_file)))
+                    slices.append(
+                        parse_resource_slices(load_k8s_json(slices_file), cluster, str(slices_file))
+                    )
             except K8sObjectError as exc:
                 raise SourceError(str(exc)) from exc
         return (

@@ -59,7 +59,9 @@ class Warehouse:
     def glob(self, zone: str, table: str) -> str:
         return str(self.table_dir(zone, table) / "**" / "data.parquet")
 
-    def day_paths(self, zone: str, table: str, days: Iterable[date], cluster: str | None = None) -> list[Path]:
+    def day_paths(
+        self, zone: str, table: str, days: Iterable[date], cluster: str | None = None
+    ) -> list[Path]:
         wanted = {d.isoformat() for d in days}
         base = self.table_dir(zone, table)
         if not base.exists():
@@ -103,7 +105,9 @@ class Warehouse:
         if not paths:
             return None
         # Every stored table carries its own cluster/day columns: read files without hive inference.
-        return pa.concat_tables([pq.read_table(p, partitioning=None) for p in paths], promote_options="default")
+        return pa.concat_tables(
+            [pq.read_table(p, partitioning=None) for p in paths], promote_options="default"
+        )
 
     def connect(self) -> duckdb.DuckDBPyConnection:
         """An in-memory DuckDB session with a view per stored table: reading never locks a writer.
@@ -116,7 +120,9 @@ class Warehouse:
             for table_dir in sorted(p for p in zone_dir.iterdir() if p.is_dir()):
                 if not any(table_dir.glob("**/data.parquet")):
                     continue
-                pattern = str(table_dir / "**" / "data.parquet").replace("'", "''")  # a view takes no parameters
+                pattern = str(table_dir / "**" / "data.parquet").replace(
+                    "'", "''"
+                )  # a view takes no parameters
                 con.execute(
                     f'CREATE OR REPLACE VIEW "{table_dir.name}" AS '
                     f"SELECT * FROM read_parquet('{pattern}', hive_partitioning = false, union_by_name = true)"
@@ -127,7 +133,9 @@ class Warehouse:
 def atomic_write_parquet(path: Path, rows: pa.Table) -> Path:
     """Write `rows` to `path` so that the file is either the old one or the complete new one."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=f".{uuid.uuid4().hex[:8]}.tmp", dir=path.parent)
+    fd, tmp_name = tempfile.mkstemp(
+        prefix=f".{path.name}.", suffix=f".{uuid.uuid4().hex[:8]}.tmp", dir=path.parent
+    )
     os.close(fd)
     tmp = Path(tmp_name)
     try:

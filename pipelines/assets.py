@@ -1,7 +1,6 @@
 """Daily assets from raw samples through staging and intermediate models to marts, and the monthly
 invoice. Each asset body is a thin shell: the work is metering.accounting / metering.invoices."""
 
-
 from collections.abc import Iterator
 from datetime import date
 
@@ -25,7 +24,9 @@ from pipelines.resources import GpumeterConfigResource
 RAW_GROUP = "raw"
 RAW_SPECS = [
     AssetSpec("raw_dcgm_samples", group_name=RAW_GROUP, description="dcgm-exporter samples of the day."),
-    AssetSpec("raw_kube_samples", group_name=RAW_GROUP, description="kube-state-metrics and OpenCost samples."),
+    AssetSpec(
+        "raw_kube_samples", group_name=RAW_GROUP, description="kube-state-metrics and OpenCost samples."
+    ),
     AssetSpec("raw_dra_allocations", group_name=RAW_GROUP, description="ResourceClaim allocations (DRA)."),
     AssetSpec("raw_dra_devices", group_name=RAW_GROUP, description="ResourceSlice devices (DRA)."),
 ]
@@ -36,7 +37,9 @@ def _day(context: AssetExecutionContext) -> date:
 
 
 @multi_asset(specs=RAW_SPECS, partitions_def=daily_partitions, name="raw_samples")
-def raw_samples(context: AssetExecutionContext, gpumeter: GpumeterConfigResource) -> Iterator[MaterializeResult]:
+def raw_samples(
+    context: AssetExecutionContext, gpumeter: GpumeterConfigResource
+) -> Iterator[MaterializeResult]:
     """Pull one day of every cluster from its source and store it (with the lookback) in the raw zone."""
     config = gpumeter.config
     counts = pull_raw_day(
@@ -77,9 +80,13 @@ def day_accounting(
     context: AssetExecutionContext, gpumeter: GpumeterConfigResource
 ) -> Iterator[MaterializeResult | AssetCheckResult]:
     """Run every SQL model for the day in one DuckDB session; each model replaces its day's file (R15)."""
-    counts, results = meter_partition_day(gpumeter.config, gpumeter.warehouse, _day(context), log=context.log.info)
+    counts, results = meter_partition_day(
+        gpumeter.config, gpumeter.warehouse, _day(context), log=context.log.info
+    )
     for model in load_models():
-        yield MaterializeResult(asset_key=model.name, metadata={"rows": MetadataValue.int(counts.get(model.name, 0))})
+        yield MaterializeResult(
+            asset_key=model.name, metadata={"rows": MetadataValue.int(counts.get(model.name, 0))}
+        )
     yield from checks.evaluate(results, gpumeter.config)
 
 
@@ -96,7 +103,9 @@ def day_accounting(
     partitions_def=monthly_partitions,
     name="monthly_invoice",
 )
-def monthly_invoice(context: AssetExecutionContext, gpumeter: GpumeterConfigResource) -> Iterator[MaterializeResult]:
+def monthly_invoice(
+    context: AssetExecutionContext, gpumeter: GpumeterConfigResource
+) -> Iterator[MaterializeResult]:
     summary = roll_up_month(gpumeter.config, gpumeter.warehouse, context.partition_key)
     yield MaterializeResult(
         asset_key="invoice_lines",

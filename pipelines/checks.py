@@ -59,7 +59,11 @@ def conservation(marts_by_cluster: dict[str, dict[str, pa.Table]]) -> AssetCheck
     for cluster, marts in marts_by_cluster.items():
         invoiced = _sum(marts["mart_tenant_daily_cost"], "amount")
         pool = _sum(marts["mart_pool_daily_cost"], "pool_cost")
-        per_cluster[cluster] = {"pool_cost": str(pool), "charged": str(invoiced), "difference": str(invoiced - pool)}
+        per_cluster[cluster] = {
+            "pool_cost": str(pool),
+            "charged": str(invoiced),
+            "difference": str(invoiced - pool),
+        }
         passed = passed and invoiced == pool
     return AssetCheckResult(
         check_name="conservation_r13",
@@ -98,7 +102,9 @@ def coverage(marts_by_cluster: dict[str, dict[str, pa.Table]], config: Config) -
             observed += float(row["observed_gpu_seconds"])
             expected += float(row["expected_gpu_seconds"])
             if float(row["unobserved_gpu_seconds"]) > 0:
-                short_nodes.append(f"{cluster}/{row['node']}: {float(row['unobserved_gpu_seconds']) / 3600:.2f} GPU-h")
+                short_nodes.append(
+                    f"{cluster}/{row['node']}: {float(row['unobserved_gpu_seconds']) / 3600:.2f} GPU-h"
+                )
     ratio = observed / expected if expected else 1.0
     return AssetCheckResult(
         check_name="coverage",

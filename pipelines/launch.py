@@ -50,7 +50,9 @@ def _failed_checks(result: ExecuteInProcessResult) -> list[str]:
 
 def _execute(config_path: str, job_name: str, partition: str, instance: DagsterInstance) -> RunOutcome:
     job = build_definitions(config_path).resolve_job_def(job_name)
-    result = job.execute_in_process(partition_key=partition, instance=instance, run_config=QUIET, raise_on_error=False)
+    result = job.execute_in_process(
+        partition_key=partition, instance=instance, run_config=QUIET, raise_on_error=False
+    )
     if not result.success:
         raise RunFailed(f"{job_name} {partition}: {_failure(result)}")
     return RunOutcome(partition, result.run_id, _failed_checks(result))

@@ -30,7 +30,9 @@ class GpumeterConfigResource(ConfigurableResource):
         spec = cluster_spec.source
         if isinstance(spec, ParquetSource):
             return ParquetRawSource(spec.path)
-        return PrometheusResource(**spec.model_dump(exclude={"kind"})).raw_source(cluster, cluster_spec.cluster_label)
+        return PrometheusResource(**spec.model_dump(exclude={"kind"})).raw_source(
+            cluster, cluster_spec.cluster_label
+        )
 
 
 class PrometheusResource(ConfigurableResource):

@@ -4,7 +4,6 @@ Written as plain schedules rather than `build_schedule_from_partitioned_job` bec
 reach into the current day and month (for previews), and a schedule must only ever take a complete one.
 """
 
-
 from datetime import UTC, date, datetime, timedelta
 
 from dagster import RunRequest, ScheduleEvaluationContext, schedule
@@ -21,13 +20,18 @@ def previous_month(moment: datetime) -> Period:
 
 
 def build_schedules(meter_day_job, invoice_month_job):  # noqa: ANN001, ANN201 - Dagster job objects
-    @schedule(job=meter_day_job, cron_schedule="15 1 * * *", execution_timezone="UTC", name="meter_previous_day")
+    @schedule(
+        job=meter_day_job, cron_schedule="15 1 * * *", execution_timezone="UTC", name="meter_previous_day"
+    )
     def meter_previous_day(context: ScheduleEvaluationContext) -> RunRequest:
         day = previous_day(context.scheduled_execution_time)
         return RunRequest(run_key=f"meter-{day}", partition_key=day.isoformat())
 
     @schedule(
-        job=invoice_month_job, cron_schedule="0 3 1 * *", execution_timezone="UTC", name="invoice_previous_month"
+        job=invoice_month_job,
+        cron_schedule="0 3 1 * *",
+        execution_timezone="UTC",
+        name="invoice_previous_month",
     )
     def invoice_previous_month(context: ScheduleEvaluationContext) -> RunRequest:
         period = previous_month(context.scheduled_execution_time)

@@ -13,7 +13,9 @@ from metering.config import load_config
 from metering.warehouse import Warehouse, WarehouseError, atomic_write_parquet
 
 
-def test_demo_prints_reconciled_invoices_and_writes_csvs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_demo_prints_reconciled_invoices_and_writes_csvs(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     assert main(["demo", "--out", str(tmp_path), "--days", "1"]) == 0
     printed = capsys.readouterr().out
     assert "R13 conservation" in printed and "exact" in printed
@@ -29,14 +31,31 @@ def test_demo_prints_reconciled_invoices_and_writes_csvs(tmp_path: Path, capsys:
 def test_invoices_command_writes_the_period(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["demo", "--out", str(tmp_path / "d"), "--days", "1"]) == 0
     out = tmp_path / "out"
-    assert main(["invoices", "--config", str(tmp_path / "d" / "config.yaml"), "--period", "2026-11", "--out", str(out)]) == 0
+    assert (
+        main(
+            [
+                "invoices",
+                "--config",
+                str(tmp_path / "d" / "config.yaml"),
+                "--period",
+                "2026-11",
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     assert sorted(p.name for p in out.iterdir())[0] == "invoice_lines_2026-11_all.csv"
     assert "Invoice files 2026-11" in capsys.readouterr().out
 
 
-def test_run_with_a_malformed_config_names_the_place(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_run_with_a_malformed_config_names_the_place(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     bad = tmp_path / "bad.yaml"
-    bad.write_text("clusters:\n  - name: a\n    source: {kind: parquet, path: x}\ntenants:\n  - name: t\n    namespaces: [Bad_NS]\n")
+    bad.write_text(
+        "clusters:\n  - name: a\n    source: {kind: parquet, path: x}\ntenants:\n  - name: t\n    namespaces: [Bad_NS]\n"
+    )
     assert main(["run", "--config", str(bad), "--start", "2026-11-01", "--end", "2026-11-01"]) == 2
     err = capsys.readouterr().err
     assert "tenants[0].namespaces" in err and "line 6" in err
@@ -45,7 +64,12 @@ def test_run_with_a_malformed_config_names_the_place(tmp_path: Path, capsys: pyt
 def test_run_rejects_an_end_before_start(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["demo", "--out", str(tmp_path), "--days", "1"]) == 0
     capsys.readouterr()
-    assert main(["run", "--config", str(tmp_path / "config.yaml"), "--start", "2026-11-02", "--end", "2026-11-01"]) == 2
+    assert (
+        main(
+            ["run", "--config", str(tmp_path / "config.yaml"), "--start", "2026-11-02", "--end", "2026-11-01"]
+        )
+        == 2
+    )
     assert "before --start" in capsys.readouterr().err
 
 
@@ -77,7 +101,14 @@ def test_a_reader_does_not_block_a_run(tmp_path: Path) -> None:
     config = load_config(tmp_path / "config.yaml")
     reader = Warehouse.at(config.warehouse.path).connect()
     before = reader.execute("select sum(pool_cost) from pool_daily_cost").fetchone()[0]
-    assert main(["run", "--config", str(tmp_path / "config.yaml"), "--start", "2026-11-01", "--end", "2026-11-01"]) == 0
+    assert (
+        main(
+            ["run", "--config", str(tmp_path / "config.yaml"), "--start", "2026-11-01", "--end", "2026-11-01"]
+        )
+        == 0
+    )
     assert reader.execute("select sum(pool_cost) from pool_daily_cost").fetchone()[0] == before
     reader.close()
-    assert Warehouse.at(config.warehouse.path).days("marts", "pool_daily_cost") == [("demo", date(2026, 11, 1))]
+    assert Warehouse.at(config.warehouse.path).days("marts", "pool_daily_cost") == [
+        ("demo", date(2026, 11, 1))
+    ]

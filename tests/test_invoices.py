@@ -65,7 +65,16 @@ def test_month_is_sum_of_days_and_lines_per_charge_model_profile_r2_r14() -> Non
     rows = [
         (date(2026, 11, 1), "ml-training", "reserved", "H100-80GB", None, "3600", "3600", "4.000000000001"),
         (date(2026, 11, 2), "ml-training", "reserved", "H100-80GB", None, "3600", "3600", "4"),
-        (date(2026, 11, 2), "ml-training", "reserved", "H100-80GB", "3g.40gb", "3600", "1542.857142857143", "1.714285714286"),
+        (
+            date(2026, 11, 2),
+            "ml-training",
+            "reserved",
+            "H100-80GB",
+            "3g.40gb",
+            "3600",
+            "1542.857142857143",
+            "1.714285714286",
+        ),
         (date(2026, 11, 2), "__idle__", "idle", "H100-80GB", None, "0", "1800", "2.005"),
         (date(2026, 12, 1), "ml-training", "reserved", "H100-80GB", None, "3600", "3600", "4"),  # other month
     ]
@@ -138,7 +147,9 @@ def test_reconciliation_after_rounding_r13() -> None:
         (date(2026, 11, 1), "__idle__", "idle", "H100-80GB", None, "0", "10", "0.33"),
     ]
     lines = build_invoice_lines(daily(rows), config(), Period.parse("2026-11"))
-    pool = pa.table({"day": pa.array([date(2026, 11, 1)], pa.date32()), "pool_cost": pa.array([Decimal("1.0")], DEC)})
+    pool = pa.table(
+        {"day": pa.array([date(2026, 11, 1)], pa.date32()), "pool_cost": pa.array([Decimal("1.0")], DEC)}
+    )
     rec = reconcile(lines, pool, Period.parse("2026-11"), 2)
     assert rec.exact
     assert rec.lines_rounded == Decimal("1.01")  # 0.34 + 0.34 + 0.33: the rounding shows, within tolerance

@@ -57,8 +57,15 @@ def test_job_materializes_every_model_and_passes_checks(demo_dir: Path) -> None:
         result = job.execute_in_process(partition_key="2026-11-01", instance=instance, run_config=QUIET)
         assert result.success
         keys = {e.asset_key for e in result.get_asset_materialization_events()}
-        for name in ("raw_dcgm_samples", "stg_dcgm_samples", "int_device_holders", "mart_device_seconds",
-                     "mart_tenant_daily_cost", "mart_stranded_capacity", "mart_mig_slice_usage"):
+        for name in (
+            "raw_dcgm_samples",
+            "stg_dcgm_samples",
+            "int_device_holders",
+            "mart_device_seconds",
+            "mart_tenant_daily_cost",
+            "mart_stranded_capacity",
+            "mart_mig_slice_usage",
+        ):
             assert AssetKey(name) in keys
         checks = {c.check_name: c for c in result.get_asset_check_evaluations()}
         assert checks["conservation_r13"].passed  # R13, blocking
@@ -108,7 +115,9 @@ def test_days_in_any_order_give_the_same_month_r15(demo_dir: Path, metered: Path
     meter_days(str(config_path), list(reversed(DAYS)))
     invoice_month(str(config_path), "2026-11")
     ours = pq.read_table(invoice_lines_path(Warehouse.at(load_config(metered).warehouse.path), "2026-11"))
-    theirs = pq.read_table(invoice_lines_path(Warehouse.at(load_config(config_path).warehouse.path), "2026-11"))
+    theirs = pq.read_table(
+        invoice_lines_path(Warehouse.at(load_config(config_path).warehouse.path), "2026-11")
+    )
     assert ours.equals(theirs)
 
 
@@ -116,7 +125,9 @@ def test_failed_run_leaves_stored_results_untouched(metered: Path, tmp_path: Pat
     """A GPU model with no price stops the run with one message; yesterday's files are unchanged."""
     before = _digest(_mart_files(metered))
     broken = tmp_path / "no-price.yaml"
-    text = metered.read_text().replace('aliases: ["NVIDIA H200*"]\n      price_per_gpu_hour: 5.20', 'aliases: []')
+    text = metered.read_text().replace(
+        'aliases: ["NVIDIA H200*"]\n      price_per_gpu_hour: 5.20', "aliases: []"
+    )
     broken.write_text(text)
     with pytest.raises(RunFailed, match=r"NVIDIA H200.*no price"):
         meter_days(str(broken), [DAYS[0]])
@@ -163,7 +174,11 @@ def test_code_location_loads_as_dagster_dev_loads_it(tmp_path: Path) -> None:
     env = {**os.environ, "DAGSTER_HOME": str(tmp_path)}
     run = subprocess.run(
         [str(dagster), "definitions", "validate", "-m", "pipelines.definitions"],
-        capture_output=True, text=True, env=env, timeout=300, cwd=Path(__file__).resolve().parent.parent,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+        cwd=Path(__file__).resolve().parent.parent,
     )
     assert run.returncode == 0, run.stderr[-2000:]
     assert "Validation successful" in run.stderr + run.stdout

@@ -17,9 +17,15 @@ from metering.k8s_objects import parse_resource_claims, parse_resource_slices
 
 DAY = date(2026, 11, 1)
 BASE_CONFIG = parse_config(
-    DEMO_CONFIG.read_text().replace("../.gpumeter/demo/source", "/nonexistent").replace("name: demo", "name: prop")
+    DEMO_CONFIG.read_text()
+    .replace("../.gpumeter/demo/source", "/nonexistent")
+    .replace("name: demo", "name: prop")
 )
-PROPERTY_SETTINGS = settings(max_examples=int(os.environ.get("GPUMETER_PROPERTY_EXAMPLES", "8")), deadline=None, suppress_health_check=[HealthCheck.too_slow])
+PROPERTY_SETTINGS = settings(
+    max_examples=int(os.environ.get("GPUMETER_PROPERTY_EXAMPLES", "8")),
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
 
 
 @st.composite
@@ -83,7 +89,9 @@ def test_conservation_per_day_and_month_r13(spec: simulator.FactorySpec, idle_po
             held_models = set(marts["mart_device_seconds"].column("gpu_model").to_pylist())
             idle_models = {
                 m
-                for t, m in zip(tenants, marts["mart_tenant_daily_cost"].column("gpu_model").to_pylist(), strict=True)
+                for t, m in zip(
+                    tenants, marts["mart_tenant_daily_cost"].column("gpu_model").to_pylist(), strict=True
+                )
                 if t == "__idle__"
             }
             assert not idle_models & held_models  # idle of a held model is spread (R9)
@@ -103,13 +111,20 @@ def test_categories_sum_to_capacity_r11(spec: simulator.FactorySpec) -> None:
     assert by_node == {n: v for n, v in observed.items() if v}
     categories = set(marts["mart_stranded_capacity"].column("category").to_pylist())
     assert categories <= {
-        "allocated_active", "allocated_idle", "unallocated", "mig_unpartitioned", "unschedulable", "unhealthy"
+        "allocated_active",
+        "allocated_idle",
+        "unallocated",
+        "mig_unpartitioned",
+        "unschedulable",
+        "unhealthy",
     }
 
 
 @PROPERTY_SETTINGS
 @given(spec=factories(), seed=st.integers(0, 2**31), chunks=st.integers(1, 7))
-def test_order_and_chunking_do_not_change_results_r1(spec: simulator.FactorySpec, seed: int, chunks: int) -> None:
+def test_order_and_chunking_do_not_change_results_r1(
+    spec: simulator.FactorySpec, seed: int, chunks: int
+) -> None:
     config = config_for(spec)
     raw = raw_day(spec, spec.start)
     expected = meter_day(raw, config, spec.cluster, spec.start)
@@ -124,8 +139,17 @@ def test_order_and_chunking_do_not_change_results_r1(spec: simulator.FactorySpec
 
     reordered = RawDay(reshuffle(raw.dcgm), reshuffle(raw.kube), raw.dra_allocations, raw.dra_devices)
     actual = meter_day(reordered, config, spec.cluster, spec.start)
-    for name in ("mart_device_seconds", "mart_tenant_daily_cost", "mart_stranded_capacity", "mart_mig_slice_usage"):
-        keys = [c for c in expected[name].column_names if not pa.types.is_floating(expected[name].schema.field(c).type)]
+    for name in (
+        "mart_device_seconds",
+        "mart_tenant_daily_cost",
+        "mart_stranded_capacity",
+        "mart_mig_slice_usage",
+    ):
+        keys = [
+            c
+            for c in expected[name].column_names
+            if not pa.types.is_floating(expected[name].schema.field(c).type)
+        ]
         left = expected[name].sort_by([(k, "ascending") for k in keys])
         right = actual[name].sort_by([(k, "ascending") for k in keys])
         assert left.equals(right), name
