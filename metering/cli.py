@@ -38,7 +38,8 @@ DEFAULT_DEMO_DIR = Path(".gpumeter") / "demo"
 DEMO_PROMETHEUS_DAYS = 1
 BACKFILL_SECONDS_PER_DEMO_DAY = 60
 
-console = Console(highlight=False)
+# Piped output (CI logs, files) gets a width that fits the tables instead of rich's 80 columns.
+console = Console(highlight=False, width=None if sys.stdout.isatty() else 110)
 err = Console(stderr=True, highlight=False)
 
 
@@ -102,19 +103,23 @@ def _progress() -> Progress:
 
 
 def _meter(config_path: Path, days: list[date]) -> list[str]:
+    """Run the meter_day job per day; returns one line per failed check, with the days it failed on."""
     from pipelines.launch import meter_days  # lazy: Dagster loads only for commands that run jobs
 
-    warned: list[str] = []
+    failed: dict[str, list[str]] = {}
     with _progress() as progress:
         task = progress.add_task("metering days", total=len(days))
 
         def done(outcome: object) -> None:
             for check in getattr(outcome, "failed_checks", []):
-                warned.append(f"{outcome.partition}: check {check}")  # type: ignore[attr-defined]
+                failed.setdefault(check, []).append(outcome.partition)  # type: ignore[attr-defined]
             progress.advance(task)
 
         meter_days(str(config_path), days, on_day=done)
-    return warned
+    return [
+        f"{check} on {len(on)} day(s): {on[0]}" + (f" .. {on[-1]}" if len(on) > 1 else "")
+        for check, on in failed.items()
+    ]
 
 
 def _invoice(config_path: Path, period: str) -> object:
