@@ -216,6 +216,7 @@ def _set_variables(con: duckdb.DuckDBPyConnection, config: Config, cluster: str,
         "scrape_s": float(config.scrape_interval_seconds),
         "idle_threshold": config.idle_threshold,
         "idle_policy": config.idle_policy,
+        "share": config.share,
         "min_free_cpu_cores": config.stranded.min_free_cpu_cores,
         "min_free_memory_bytes": config.stranded.min_free_memory_gib * 1024**3,
     }

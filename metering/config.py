@@ -202,6 +202,10 @@ class Config(_Model):
     clusters: list[Cluster] = Field(min_length=1)
     rate_card: RateCard = Field(default_factory=RateCard)
     tenants: list[Tenant] = Field(default_factory=list)
+    share: Literal["equal", "requested"] = Field(
+        "equal",
+        description="R6: split a shared device equally, or by the holders' declared fractions (HAMi gpucores).",
+    )
     idle_policy: Literal["platform", "proportional"] = "platform"
     idle_threshold: float = Field(0.05, ge=0, le=1)
     warehouse: Warehouse = Field(default_factory=Warehouse)

@@ -733,3 +733,59 @@ def test_opencost_without_a_price_sample_names_model_and_node_r8() -> None:
     f.sample("GPU-1", 0, util=50, pod=P1)
     with pytest.raises(AccountingError, match=r"'NVIDIA H100 80GB HBM3' on node 'n7' has no price"):
         meter_day(f.build(), make_config(rate_card={"price_source": "opencost", "models": []}), "c1", DAY)
+
+
+# --- R6: share: requested (HAMi gpucores) ------------------------------------------------------
+
+
+def gpucores(f: FactoryBuilder, pod: tuple[str, str, str], percent: float, ts_index: int = 0) -> None:
+    namespace, name, container = pod
+    f._kube_row(
+        ts_index,
+        "kube_pod_container_resource_requests",
+        percent,
+        {"namespace": namespace, "pod": name, "container": container, "resource": "nvidia_com_gpucores"},
+    )
+
+
+def time_sliced(pods: list[tuple[str, str, str]]) -> FactoryBuilder:
+    f = factory().gpu("n1", "GPU-T", H100)
+    for copy, pod in enumerate(pods):
+        f.samples("GPU-T", range(2), util=60, pod=pod, vgpu=str(copy))
+    return f
+
+
+def test_r6_share_requested_uses_declared_fractions_and_leaves_the_rest_idle() -> None:
+    """R6 share: requested: 30 % + 50 % of the GPU; the undeclared 20 % is unheld and lands in __idle__."""
+    f = time_sliced([P1, P2])
+    gpucores(f, P1, 30)
+    gpucores(f, P2, 50)
+    out = meter(f, make_config(share="requested"))
+    assert holder(out, "p1")["device_seconds"] == D(36)  # 2 × 60 × 0.3
+    assert holder(out, "p2")["device_seconds"] == D(60)  # 2 × 60 × 0.5
+    assert holder(out, "p1")["reserved_cost"] == D("0.036")
+    assert charges(out)[(IDLE, "idle")] == D("0.024")  # 0.12 × 0.2
+    assert one(out, "mart_data_quality", node="n1")["max_holder_share_sum"] == pytest.approx(0.8)
+
+
+def test_r6_share_requested_overcommitted_is_proportional_and_undeclared_falls_back_to_equal() -> None:
+    """R6: 80 % + 120 % (sum 2) splits 40/60; a holder without a declaration makes the sample equal."""
+    f = time_sliced([P1, P2])
+    gpucores(f, P1, 80)
+    gpucores(f, P2, 120)
+    out = meter(f, make_config(share="requested"))
+    assert (holder(out, "p1")["device_seconds"], holder(out, "p2")["device_seconds"]) == (D(48), D(72))
+    assert charges(out)[(IDLE, "idle")] == D(0)
+
+    f = time_sliced([P1, P2])
+    gpucores(f, P1, 80)  # p2 declares nothing
+    out = meter(f, make_config(share="requested"))
+    assert (holder(out, "p1")["device_seconds"], holder(out, "p2")["device_seconds"]) == (D(60), D(60))
+
+
+def test_r6_share_equal_ignores_declarations() -> None:
+    f = time_sliced([P1, P2])
+    gpucores(f, P1, 30)
+    gpucores(f, P2, 50)
+    out = meter(f)
+    assert (holder(out, "p1")["device_seconds"], holder(out, "p2")["device_seconds"]) == (D(60), D(60))

@@ -29,9 +29,33 @@ holders as (
     select * from labelled_holders
     union all
     select * from claim_holders
+),
+shares as (
+    select
+        h.*,
+        count(*) over (partition by h.device_id, h.ts_ms) as holder_count,
+        f.requested_fraction,
+        -- share: requested applies only where every holder of the sample declared a fraction.
+        count(f.requested_fraction) over (partition by h.device_id, h.ts_ms) = count(*) over (
+            partition by h.device_id, h.ts_ms
+        ) as all_declared,
+        sum(f.requested_fraction) over (partition by h.device_id, h.ts_ms) as declared_sum
+    from holders as h
+    left join stg_kube_pod_gpu_fractions as f on f.namespace = h.namespace and f.pod = h.pod
 )
 select
-    *,
-    count(*) over (partition by device_id, ts_ms) as holder_count,
-    1.0 / count(*) over (partition by device_id, ts_ms) as share
-from holders
+    ts_ms,
+    device_id,
+    namespace,
+    pod,
+    container,
+    holder_source,
+    holder_count,
+    -- R6: 1/n by default; by declared fractions under share: requested (as declared when they fit in the
+    -- device, in proportion when it is over-committed). Σ share ≤ 1 either way.
+    case
+        when getvariable('share') = 'requested' and all_declared
+            then requested_fraction / greatest(declared_sum, 1.0)
+        else 1.0 / holder_count
+    end as share
+from shares
