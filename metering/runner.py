@@ -16,9 +16,9 @@ from metering.config import Config
 from metering.invoices import Period, Reconciliation, build_invoice_lines, reconcile, write_invoice_csvs
 from metering.schema import RAW_TABLES
 from metering.sources import RawSource
-from metering.warehouse import MARTS, RAW, Warehouse, atomic_write_text
+from metering.warehouse import INTERMEDIATE, MARTS, RAW, STAGING, Warehouse, atomic_write_text
 
-ZONES = dict(zip(LAYERS, ("staging", "intermediate", MARTS), strict=True))
+ZONES = dict(zip(LAYERS, (STAGING, INTERMEDIATE, MARTS), strict=True))
 Log = Callable[[str], None]
 
 

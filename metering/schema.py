@@ -123,7 +123,3 @@ KUBE_METRICS = (
     "kube_node_status_condition",
     "node_gpu_hourly_cost",
 )
-
-
-def empty_table(name: str) -> pa.Table:
-    return RAW_TABLES[name].empty_table()

@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Protocol
 
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from metering.accounting import RawDay, day_bounds_ms
@@ -103,14 +102,3 @@ class ParquetRawSource:
             pa.concat_tables(claims) if claims else RAW_TABLES["raw_dra_allocations"].empty_table(),
             pa.concat_tables(slices) if slices else RAW_TABLES["raw_dra_devices"].empty_table(),
         )
-
-    def days(self, cluster: str) -> list[date]:
-        base = self.root / "raw_dcgm_samples" / f"cluster={cluster}"
-        return sorted(date.fromisoformat(p.name.removeprefix("day=")) for p in base.glob("day=*"))
-
-
-def in_day(table: pa.Table, day: date) -> pa.Table:
-    """The rows of a raw table whose timestamp lies in the day (R2), without the lookback."""
-    start_ms, end_ms = day_bounds_ms(day)
-    ts = table.column("ts_ms")
-    return table.filter(pc.and_(pc.greater_equal(ts, start_ms), pc.less(ts, end_ms)))

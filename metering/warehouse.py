@@ -14,7 +14,6 @@ and a killed run leaves the previous file in place (R15).
 from __future__ import annotations
 
 import os
-import shutil
 import tempfile
 import uuid
 from collections.abc import Iterable
@@ -25,8 +24,6 @@ from pathlib import Path
 import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
-
-from metering.schema import RAW_TABLES
 
 RAW = "raw"
 MARTS = "marts"
@@ -56,9 +53,6 @@ class Warehouse:
     def period_path(self, zone: str, table: str, period: str) -> Path:
         return self.table_dir(zone, table) / f"period={period}" / "data.parquet"
 
-    def glob(self, zone: str, table: str) -> str:
-        return str(self.table_dir(zone, table) / "**" / "data.parquet")
-
     def day_paths(
         self, zone: str, table: str, days: Iterable[date], cluster: str | None = None
     ) -> list[Path]:
@@ -85,10 +79,6 @@ class Warehouse:
                 )
             )
         return out
-
-    def has_table(self, zone: str, table: str) -> bool:
-        base = self.table_dir(zone, table)
-        return base.exists() and any(base.glob("**/data.parquet"))
 
     # --- writes ------------------------------------------------------------------------------
     def write_day(self, zone: str, table: str, cluster: str, day: date, rows: pa.Table) -> Path:
@@ -168,12 +158,3 @@ def atomic_write_text(path: Path, text: str) -> Path:
         Path(tmp_name).unlink(missing_ok=True)
         raise
     return path
-
-
-def remove_tree(path: Path) -> None:
-    if path.exists():
-        shutil.rmtree(path)
-
-
-def empty_raw(table: str) -> pa.Table:
-    return RAW_TABLES[table].empty_table()
