@@ -216,6 +216,12 @@ def _set_variables(con: duckdb.DuckDBPyConnection, config: Config, cluster: str,
         "scrape_s": float(config.scrape_interval_seconds),
         "idle_threshold": config.idle_threshold,
         "idle_policy": config.idle_policy,
+        "tariff": config.tariff,
+        # R9/R10 tariff mix as exact decimal text (reserved 1, used 0); cast to DECIMAL in SQL (R13).
+        "reserved_fraction": {"reserved": "1", "used": "0"}.get(
+            config.tariff, f"{config.hybrid.reserved_fraction if config.hybrid else 1:.6f}"
+        ),
+        "energy_price_per_kwh": config.rate_card.energy_price_per_kwh,
         "share": config.share,
         "min_free_cpu_cores": config.stranded.min_free_cpu_cores,
         "min_free_memory_bytes": config.stranded.min_free_memory_gib * 1024**3,

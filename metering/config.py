@@ -135,6 +135,28 @@ class RateCard(_Model):
     mig_weight: Literal["compute", "memory"] = "compute"
     models: list[GpuModelPrice] = Field(default_factory=list)
     mig_catalog: list[MigFamily] = Field(default_factory=list)
+    energy_price_per_kwh: float | None = Field(
+        None, ge=0, description="Price of one kWh of GPU energy; set, it adds `energy` lines (R10, R14)."
+    )
+
+
+class Hybrid(_Model):
+    """tariff: hybrid: a holder pays `reserved_fraction` of its reserved charge plus the rest of its usage
+    charge (docs/tariffs.md)."""
+
+    reserved_fraction: float = Field(
+        ge=0, le=1, description="Share of the reserved charge; the rest is usage."
+    )
+
+    @field_validator("reserved_fraction")
+    @classmethod
+    def _six_decimals(cls, value: float) -> float:
+        # The fraction enters the SQL as an exact DECIMAL(10, 9) (R13 stays exact): no float residue.
+        if round(value, 6) != value:
+            raise ValueError(
+                f"reserved_fraction {value} has more than 6 decimals; write e.g. 0.4 or 0.333333"
+            )
+        return value
 
 
 class PodLabelRule(_Model):
@@ -162,6 +184,10 @@ class Tenant(_Model):
     vclusters: list[str] = Field(default_factory=list, description="vCluster names (host pod label).")
     pod_labels: list[PodLabelRule] = Field(default_factory=list)
     monthly_budget: float | None = Field(None, ge=0)
+    kueue_cluster_queues: list[str] = Field(
+        default_factory=list,
+        description="Kueue ClusterQueues whose quota is this tenant's (mart_queue_quota_usage).",
+    )
 
     @field_validator("name", mode="before")
     @classmethod
@@ -207,10 +233,37 @@ class Config(_Model):
         description="R6: split a shared device equally, or by the holders' declared fractions (HAMi gpucores).",
     )
     idle_policy: Literal["platform", "proportional"] = "platform"
+    tariff: Literal["reserved", "used", "hybrid"] = Field(
+        "reserved", description="R9/R10: pay held GPU-time, busy GPU-time, or a mix (docs/tariffs.md)."
+    )
+    hybrid: Hybrid | None = Field(None, description="The mix of tariff: hybrid.")
     idle_threshold: float = Field(0.05, ge=0, le=1)
     warehouse: Warehouse = Field(default_factory=Warehouse)
     stranded: Stranded = Field(default_factory=Stranded)
     checks: Checks = Field(default_factory=Checks)
+
+    @model_validator(mode="after")
+    def _hybrid_with_its_tariff(self) -> Config:
+        if self.tariff == "hybrid" and self.hybrid is None:
+            raise ValueError("tariff: hybrid needs `hybrid: {reserved_fraction: F}` (0..1; docs/tariffs.md)")
+        if self.tariff != "hybrid" and self.hybrid is not None:
+            raise ValueError(
+                f"`hybrid` is set but tariff is {self.tariff!r}: set tariff: hybrid or remove `hybrid`"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _kueue_queues_once(self) -> Config:
+        owners: dict[str, str] = {}
+        for tenant in self.tenants:
+            for queue in tenant.kueue_cluster_queues:
+                if queue in owners and owners[queue] != tenant.name:
+                    raise ValueError(
+                        f"Kueue ClusterQueue {queue!r} is listed by tenants {owners[queue]!r} and {tenant.name!r}; "
+                        "a queue's quota belongs to one tenant"
+                    )
+                owners[queue] = tenant.name
+        return self
 
     @model_validator(mode="after")
     def _unique_names(self) -> Config:

@@ -26,7 +26,14 @@ select
         as busy_gpu_seconds,
     sum(cast(getvariable('scrape_s') / 3600.0 * d.device_price_per_hour * h.share as decimal(38, 12)))
         as reserved_cost,
+    -- R10 tariff: used: busy device-seconds and the busy part of the reserved charge (docs/tariffs.md).
+    sum(cast(getvariable('scrape_s') * h.share * coalesce(d.busy, 0) as decimal(38, 12))) as busy_device_seconds,
+    sum(cast(getvariable('scrape_s') / 3600.0 * d.device_price_per_hour * h.share * coalesce(d.busy, 0)
+        as decimal(38, 12))) as used_cost,
     sum(cast(d.energy_joules * h.share as decimal(38, 12))) as energy_joules,
+    -- R10/R14 energy: kWh × energy_price_per_kwh, per sample; 0 when no energy price is configured.
+    sum(cast(d.energy_joules * h.share / 3600000.0 * coalesce(getvariable('energy_price_per_kwh'), 0)
+        as decimal(38, 12))) as energy_cost,
     sum(cast(getvariable('scrape_s') * h.share * coalesce(d.fb_used_mib, 0) as decimal(38, 12)))
         as fb_used_mib_seconds,
     max(d.fb_used_mib) as peak_fb_used_mib,
