@@ -222,6 +222,10 @@ def _set_variables(con: duckdb.DuckDBPyConnection, config: Config, cluster: str,
             config.tariff, f"{config.hybrid.reserved_fraction if config.hybrid else 1:.6f}"
         ),
         "energy_price_per_kwh": config.rate_card.energy_price_per_kwh,
+        # Kueue ClusterQueue -> tenant (Tenant.kueue_cluster_queues), as two parallel lists for
+        # mart_queue_quota_usage.
+        "kueue_queues": [q for t in config.tenants for q in t.kueue_cluster_queues],
+        "kueue_queue_tenants": [t.name for t in config.tenants for _ in t.kueue_cluster_queues],
         "share": config.share,
         "min_free_cpu_cores": config.stranded.min_free_cpu_cores,
         "min_free_memory_bytes": config.stranded.min_free_memory_gib * 1024**3,

@@ -262,3 +262,47 @@ class FactoryBuilder:
             dra_allocations=pa.Table.from_pylist(self._claims, schema=RAW_DRA_ALLOCATIONS_SCHEMA),
             dra_devices=pa.Table.from_pylist(self._slices, schema=RAW_DRA_DEVICES_SCHEMA),
         )
+
+    # --- Kueue (appended for the quota report) ---------------------------------------------
+
+    def kueue_cluster_queue(
+        self,
+        cluster_queue: str,
+        ts_index: int,
+        *,
+        nominal_quota: float | None = None,
+        usage: float | None = None,
+        borrowing_limit: float | None = None,
+        flavor: str = "default-flavor",
+        resource: str = "nvidia.com/gpu",
+        cohort: str | None = None,
+    ) -> FactoryBuilder:
+        """Kueue's ClusterQueue gauges at one sample: `kueue_cluster_queue_nominal_quota`, `_resource_usage`
+        and `_borrowing_limit` (`resource` raw, as Kueue labels it)."""
+        labels = {"cluster_queue": cluster_queue, "flavor": flavor, "resource": resource}
+        if cohort is not None:
+            labels["cohort"] = cohort
+        gauges = {
+            "kueue_cluster_queue_nominal_quota": nominal_quota,
+            "kueue_cluster_queue_resource_usage": usage,
+            "kueue_cluster_queue_borrowing_limit": borrowing_limit,
+        }
+        for metric, value in gauges.items():
+            if value is not None:
+                self._kube_row(ts_index, metric, value, labels)
+        return self
+
+    def kueue_local_queue(
+        self,
+        namespace: str,
+        local_queue: str,
+        ts_index: int,
+        usage: float,
+        *,
+        flavor: str = "default-flavor",
+        resource: str = "nvidia.com/gpu",
+    ) -> FactoryBuilder:
+        """`kueue_local_queue_resource_usage` of one LocalQueue at one sample."""
+        labels = {"namespace": namespace, "local_queue": local_queue, "flavor": flavor, "resource": resource}
+        self._kube_row(ts_index, "kueue_local_queue_resource_usage", usage, labels)
+        return self

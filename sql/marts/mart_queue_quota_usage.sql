@@ -1,0 +1,67 @@
+-- Grain: day × ClusterQueue × flavor × resource. Kueue's nominal quota, usage and borrowing over the day,
+-- each sample standing for Δ seconds (R1): for resource nvidia.com/gpu these are GPU-seconds. Where the
+-- queue is a tenant's (Tenant.kueue_cluster_queues), the GPU-seconds gpumeter metered for that tenant that
+-- day, for comparison (a per-tenant figure, repeated on each of its queue rows). docs/tariffs.md.
+with queue_tenants as (
+    select
+        unnest(getvariable('kueue_queues')::varchar[]) as cluster_queue,
+        unnest(getvariable('kueue_queue_tenants')::varchar[]) as tenant
+),
+queue_samples as (
+    -- One row per (queue, flavor, resource, sample time) with the three gauges side by side.
+    select
+        cluster,
+        ts_ms,
+        cluster_queue,
+        flavor,
+        resource,
+        max(cohort) as cohort,
+        max(value) filter (where quantity = 'nominal_quota') as nominal_quota,
+        max(value) filter (where quantity = 'resource_usage') as used,
+        max(value) filter (where quantity = 'borrowing_limit') as borrowing_limit
+    from stg_kueue_queue_samples
+    where cluster_queue is not null and quantity <> 'local_queue_usage'
+    group by cluster, ts_ms, cluster_queue, flavor, resource
+),
+per_day as (
+    select
+        cluster,
+        getvariable('day')::date as day,
+        cluster_queue,
+        max(cohort) as cohort,
+        flavor,
+        resource,
+        count(*) as samples,
+        sum(cast(nominal_quota * getvariable('scrape_s') as decimal(38, 12))) as nominal_quota_seconds,
+        sum(cast(used * getvariable('scrape_s') as decimal(38, 12))) as used_seconds,
+        -- Usage above the nominal quota is borrowed from the cohort.
+        sum(cast(case when used > nominal_quota then used - nominal_quota else 0 end * getvariable('scrape_s')
+            as decimal(38, 12))) as borrowed_seconds,
+        sum(cast(borrowing_limit * getvariable('scrape_s') as decimal(38, 12))) as borrowing_limit_seconds,
+        max(used) as peak_used
+    from queue_samples
+    group by cluster, cluster_queue, flavor, resource
+),
+tenant_metered as (
+    select tenant, sum(gpu_seconds) as gpu_seconds
+    from mart_device_seconds
+    group by tenant
+)
+select
+    d.cluster,
+    d.day,
+    d.cluster_queue,
+    d.cohort,
+    d.flavor,
+    d.resource,
+    q.tenant,
+    d.samples,
+    d.nominal_quota_seconds,
+    d.used_seconds,
+    d.borrowed_seconds,
+    d.borrowing_limit_seconds,
+    d.peak_used,
+    case when q.tenant is not null then coalesce(m.gpu_seconds, 0) end as tenant_metered_gpu_seconds
+from per_day as d
+left join queue_tenants as q on q.cluster_queue = d.cluster_queue
+left join tenant_metered as m on m.tenant = q.tenant

@@ -1,0 +1,108 @@
+"""Kueue quotas (stg_kueue_queue_samples, mart_queue_quota_usage; docs/tariffs.md) on a hand-made day.
+
+Δ = 60 s (tests/test_rules.py conventions). Each Kueue gauge sample stands for Δ seconds, as every raw sample
+does (R1), and belongs to the day holding its timestamp (R2).
+"""
+
+from __future__ import annotations
+
+from decimal import Decimal
+from typing import Any
+
+import pytest
+
+from metering.config import ConfigError, parse_config
+from tests.test_rules import H100, P1, P2, factory, make_config, meter, one, rows
+
+D = Decimal
+TENANTS: list[dict[str, Any]] = [
+    {"name": "team-a", "namespaces": ["ns-a"], "kueue_cluster_queues": ["cq-a", "cq-a2"]},
+    {"name": "team-b", "namespaces": ["ns-b"]},
+]
+
+
+def quota_day() -> Any:
+    f = factory().gpu("n1", "GPU-1", H100).gpu("n1", "GPU-2", H100, index="1")
+    f.samples("GPU-1", range(10), util=50, pod=P1)  # team-a: 10 × 60 = 600 GPU-seconds
+    f.samples("GPU-2", range(5), util=50, pod=P2)  # team-b: 300 GPU-seconds, no queue mapped
+    # cq-a: quota 4 GPUs all day long (10 samples), usage 2 then 6 (2 borrowed), borrowing limit 2.
+    f.kueue_cluster_queue(
+        "cq-a", -1, nominal_quota=100, usage=100, cohort="research"
+    )  # lookback: not the day
+    for i in range(10):
+        usage = 2 if i < 5 else 6
+        f.kueue_cluster_queue(
+            "cq-a", i, nominal_quota=4, usage=usage, borrowing_limit=2, flavor="h100", cohort="research"
+        )
+    f.kueue_cluster_queue(
+        "cq-a", 0, nominal_quota=4, usage=2, borrowing_limit=2, flavor="h100", cohort="research"
+    )
+    f.kueue_cluster_queue("cq-a", f.samples_per_day, nominal_quota=100, flavor="h100")  # next midnight (R2)
+    f.kueue_cluster_queue("cq-a", 0, nominal_quota=32, resource="cpu", flavor="h100", cohort="research")
+    f.kueue_cluster_queue("cq-a2", 0, nominal_quota=1, usage=1)
+    for i in range(3):
+        f.kueue_cluster_queue("cq-x", i, nominal_quota=1, flavor="a100")  # nobody's queue, no usage series
+    f.kueue_local_queue("ns-a", "lq-a", 0, usage=2, flavor="h100")
+    return f
+
+
+def test_quota_usage_and_borrowing_of_a_hand_made_day() -> None:
+    out = meter(quota_day(), make_config(tenants=TENANTS))
+    gpu = one(out, "mart_queue_quota_usage", cluster_queue="cq-a", resource="nvidia.com/gpu")
+    assert (gpu["flavor"], gpu["cohort"], gpu["tenant"], gpu["samples"]) == ("h100", "research", "team-a", 10)
+    assert gpu["nominal_quota_seconds"] == D(2400)  # 4 GPUs × 10 samples × 60 s
+    assert gpu["used_seconds"] == D(2400)  # 2 × 5 × 60 + 6 × 5 × 60
+    assert gpu["borrowed_seconds"] == D(600)  # (6 − 4) × 5 × 60
+    assert gpu["borrowing_limit_seconds"] == D(1200)  # 2 × 10 × 60
+    assert gpu["peak_used"] == 6
+    assert gpu["tenant_metered_gpu_seconds"] == D(600)  # what gpumeter metered for team-a that day
+
+    cpu = one(out, "mart_queue_quota_usage", cluster_queue="cq-a", resource="cpu")
+    assert cpu["nominal_quota_seconds"] == D(1920)  # 32 × 60
+    assert cpu["used_seconds"] is None and cpu["borrowing_limit_seconds"] is None  # no such series
+
+    second = one(out, "mart_queue_quota_usage", cluster_queue="cq-a2")
+    assert (second["tenant"], second["tenant_metered_gpu_seconds"]) == ("team-a", D(600))  # per tenant
+
+    nobody = one(out, "mart_queue_quota_usage", cluster_queue="cq-x")
+    assert nobody["nominal_quota_seconds"] == D(180)  # 1 × 3 × 60
+    assert nobody["used_seconds"] is None and nobody["borrowed_seconds"] == D(0)
+    assert nobody["tenant"] is None and nobody["tenant_metered_gpu_seconds"] is None
+    assert out["mart_queue_quota_usage"].num_rows == 4
+
+
+def test_local_queue_usage_is_staged_with_its_namespace() -> None:
+    out = meter(quota_day(), make_config(tenants=TENANTS))
+    local = one(out, "stg_kueue_queue_samples", quantity="local_queue_usage")
+    assert (local["namespace"], local["local_queue"], local["flavor"], local["value"]) == (
+        "ns-a",
+        "lq-a",
+        "h100",
+        2,
+    )
+    # cq-a's quota: 10 GPU samples of the day (the copy at index 0 is one sample, R1; the lookback and the
+    # next midnight are other days, R2) + 1 CPU sample.
+    assert len(rows(out, "stg_kueue_queue_samples", cluster_queue="cq-a", quantity="nominal_quota")) == 11
+
+
+def test_a_day_without_kueue_series_has_an_empty_quota_mart() -> None:
+    f = factory().gpu("n1", "GPU-1", H100)
+    f.samples("GPU-1", range(3), util=50, pod=P1)
+    out = meter(f, make_config(tenants=TENANTS))
+    table = out["mart_queue_quota_usage"]
+    assert table.num_rows == 0
+    assert {"cluster_queue", "nominal_quota_seconds", "tenant_metered_gpu_seconds"} <= set(table.column_names)
+
+
+def test_a_queue_listed_by_two_tenants_is_one_clear_error() -> None:
+    text = (
+        "clusters: [{name: c1, source: {kind: parquet, path: x}}]\n"
+        "tenants:\n"
+        "  - {name: a, kueue_cluster_queues: [cq]}\n"
+        "  - {name: b, kueue_cluster_queues: [cq]}\n"
+    )
+    with pytest.raises(ConfigError) as caught:
+        parse_config(text, source="t.yaml")
+    assert [msg for _, msg in caught.value.problems] == [
+        "Kueue ClusterQueue 'cq' is listed by tenants 'a' and 'b'; a queue's quota belongs to one tenant"
+    ]
