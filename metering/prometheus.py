@@ -47,7 +47,8 @@ from urllib3.util.retry import Retry
 from metering.accounting import RawDay, day_bounds_ms
 from metering.config import PrometheusSource
 from metering.k8s_objects import K8sObjectError, load_k8s_json, parse_resource_claims, parse_resource_slices
-from metering.schema import DCGM_METRICS, KUBE_METRICS, RAW_DCGM_SCHEMA, RAW_KUBE_SCHEMA, RAW_TABLES
+from metering.openmetrics import escape_label_value
+from metering.schema import DCGM_METRICS, DCGM_XID, KUBE_METRICS, RAW_DCGM_SCHEMA, RAW_KUBE_SCHEMA, RAW_TABLES
 from metering.sources import SourceError
 
 log = logging.getLogger(__name__)
@@ -123,15 +124,6 @@ def _prom_time(ms: int) -> str:
     return f"{sign}{ms // 1000}.{ms % 1000:03d}"
 
 
-def _normalize_selector(selector: str | None) -> str:
-    if not selector:
-        return ""
-    text = selector.strip()
-    if text.startswith("{") and text.endswith("}"):
-        text = text[1:-1].strip()
-    return text.strip(",").strip()
-
-
 def parse_timestamp_ms(ts: Any) -> int:
     """Prometheus' float seconds (e.g. 1700000000.123) -> int ms. round(), never int(): 0.123 * 1000 is
     122.99999999999999 in binary floating point."""
@@ -151,46 +143,55 @@ class PrometheusRawSource:
         cluster: str,
         *,
         cluster_label: str = "cluster",
-        chunk_seconds: int = 3600,
-        min_chunk_seconds: int = 60,
         backoff_seconds: float = 0.5,
-        dedupe_bucket_seconds: int = 3600,
         dcgm_metrics: Sequence[str] = DCGM_METRICS,
         kube_metrics: Sequence[str] = KUBE_METRICS,
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
-        if chunk_seconds < 1 or min_chunk_seconds < 1:
-            raise ValueError("chunk_seconds and min_chunk_seconds must be >= 1")
-        if dedupe_bucket_seconds < 1 or 86_400 % dedupe_bucket_seconds:
-            raise ValueError("dedupe_bucket_seconds must divide a day (86400), so that days are independent")
         self.spec = spec
         self.cluster = cluster
         self.cluster_label = cluster_label
         self.url = spec.url.rstrip("/")
-        self.chunk_ms = int(chunk_seconds * 1000)
-        self.min_chunk_ms = int(min_chunk_seconds * 1000)
+        self.chunk_ms = spec.chunk_seconds * 1000
+        self.min_chunk_ms = spec.min_chunk_seconds * 1000
         self.backoff_seconds = backoff_seconds
-        self.bucket_ms = int(dedupe_bucket_seconds * 1000)
+        self.bucket_ms = spec.dedupe_bucket_seconds * 1000
         self.dcgm_metrics = tuple(dcgm_metrics)
         self.kube_metrics = tuple(kube_metrics)
-        self.selector = _normalize_selector(spec.selector)
+        # Validated and re-rendered by PrometheusSource: only label matchers, never other PromQL.
+        self.selector = spec.selector or ""
         self.replica_labels = tuple(spec.replica_labels)
         self._sleep = sleep
         self._local = threading.local()
         self._clients: list[_Client] = []
         self._stop = threading.Event()
         self._headers: dict[str, str] = {}
-        self.queries = 0  # HTTP requests made by the last fetch_day (attempts included)
+        # What the last fetch_day moved over HTTP (attempts included): requests, response bytes, and
+        # samples received (raw samples, plus one per series of an aggregate answer).
+        self.queries = 0
+        self.bytes_received = 0
+        self.samples_received = 0
         self._count_lock = threading.Lock()
         # The Kubernetes objects read by the last fetch_day, as read (for the pipeline to persist).
         self.last_k8s_snapshot: dict[str, Any] = {}
 
     # --- public ------------------------------------------------------------------------------
 
-    def query_for(self, metric: str, window_ms: int) -> str:
-        """The PromQL of one window: raw samples of `metric` in (end - window - 1ms, end] or [.., end]."""
-        matchers = "{" + self.selector + "}" if self.selector else ""
+    def query_for(self, metric: str, window_ms: int, series: dict[str, str] | None = None) -> str:
+        """The PromQL of one window: raw samples of `metric` in (end - window - 1ms, end] or [.., end];
+        with `series`, only the series carrying those labels (values escaped: labels come from the server)."""
+        parts = [self.selector] if self.selector else []
+        parts += [f'{k}="{escape_label_value(v)}"' for k, v in sorted((series or {}).items())]
+        matchers = "{" + ",".join(parts) + "}" if parts else ""
         return f"{metric}{matchers}[{window_ms + 1}ms]"
+
+    def screen_query_for(self, metric: str, window_ms: int) -> str:
+        """The series of `metric` with some value != 0 in the window (NaN counts as != 0: fetched, then
+        ignored by the accounting like any non-finite value, R10). Evaluated at end - 1ms, its range
+        `[window_ms]` covers [start, end) on a left-open server and [start - 1ms, end) on a closed one:
+        never less than the window, and a sample on the window's end is left to the next window."""
+        selection = self.query_for(metric, window_ms - 1)
+        return f"max_over_time({selection}) != 0 or min_over_time({selection}) != 0"
 
     def fetch_day(self, cluster: str, day: date, lookback_ms: int) -> RawDay:
         """Raw samples with day start − lookback <= ts < day end (R2), plus the DRA objects."""
@@ -202,7 +203,11 @@ class PrometheusRawSource:
         self._local = threading.local()
         self._stop = stop = threading.Event()
         self.queries = 0
+        self.bytes_received = self.samples_received = 0
         metrics = [(m, "dcgm") for m in self.dcgm_metrics] + [(m, "kube") for m in self.kube_metrics]
+        # R11 reads XID only as "some value != 0": its raw samples are fetched only in windows where an
+        # aggregate says a series has one (docs/prometheus.md, "What is pushed down").
+        screened = {DCGM_XID} & set(self.dcgm_metrics) if self.spec.pushdown else set()
         windows = [(w, min(w + self.chunk_ms, end_ms)) for w in range(start_ms, end_ms, self.chunk_ms)]
         tasks = [(metric, w0, w1) for metric, _ in metrics for w0, w1 in windows]
         kinds = dict(metrics)
@@ -210,7 +215,16 @@ class PrometheusRawSource:
         if tasks:
             pool = ThreadPoolExecutor(self.spec.max_concurrent_queries, thread_name_prefix="gpumeter-prom")
             try:
-                futures = [pool.submit(self._fetch_window, metric, w0, w1, stop) for metric, w0, w1 in tasks]
+                futures = [
+                    pool.submit(
+                        self._fetch_screened if metric in screened else self._fetch_window,
+                        metric,
+                        w0,
+                        w1,
+                        stop,
+                    )
+                    for metric, w0, w1 in tasks
+                ]
                 wait(futures, return_when=FIRST_EXCEPTION)
                 for future in futures:
                     if future.done() and future.exception() is not None:
@@ -290,32 +304,69 @@ class PrometheusRawSource:
                 self._clients.append(client)
         return client
 
+    def _too_large(self, query: str, w0: int, w1: int, exc: _TooLarge) -> SourceError:
+        return SourceError(
+            f"Prometheus {self.url}: query {query!r} at {_iso(w1)} is refused as too large even for a "
+            f"{(w1 - w0) / 1000:g} s window ({exc}); raise the server's limits (query.max-samples, "
+            "Mimir/Thanos series or chunk limits), narrow `selector`, or lower min_chunk_seconds"
+        )
+
     def _fetch_window(
-        self, metric: str, w0: int, w1: int, stop: threading.Event
+        self,
+        metric: str,
+        w0: int,
+        w1: int,
+        stop: threading.Event,
+        series: dict[str, str] | None = None,
     ) -> list[tuple[dict[str, str], np.ndarray, np.ndarray]]:
         if stop.is_set():
             return []
-        query = self.query_for(metric, w1 - w0)
+        query = self.query_for(metric, w1 - w0, series)
         try:
             result = self._query(query, w1)
         except _TooLarge as exc:
             if w1 - w0 <= self.min_chunk_ms:
-                raise SourceError(
-                    f"Prometheus {self.url}: query {query!r} at {_iso(w1)} is refused as too large even for a "
-                    f"{(w1 - w0) / 1000:g} s window ({exc}); raise the server's limits (query.max-samples, "
-                    "Mimir/Thanos series or chunk limits) or narrow `selector`"
-                ) from None
+                raise self._too_large(query, w0, w1, exc) from None
             mid = w0 + (w1 - w0) // 2
-            return self._fetch_window(metric, w0, mid, stop) + self._fetch_window(metric, mid, w1, stop)
+            return self._fetch_window(metric, w0, mid, stop, series) + self._fetch_window(
+                metric, mid, w1, stop, series
+            )
         out = []
         for item in result:
             labels = item["metric"]
+            with self._count_lock:
+                self.samples_received += len(item["values"])
             ts, values = _samples(item["values"], w0, w1)
             if len(ts):
                 out.append((labels, ts, values))
         return out
 
-    def _query(self, query: str, eval_ms: int) -> list[dict[str, Any]]:
+    def _fetch_screened(
+        self, metric: str, w0: int, w1: int, stop: threading.Event
+    ) -> list[tuple[dict[str, str], np.ndarray, np.ndarray]]:
+        """Raw samples of the series that have a value != 0 in [w0, w1), and nothing else. The screen
+        covers at least the half-open window, so it never misses a sample that the raw fetch keeps (R1)."""
+        if stop.is_set():
+            return []
+        query = self.screen_query_for(metric, w1 - w0)
+        try:
+            flagged = self._query(query, w1 - 1, result_type="vector")
+        except _TooLarge as exc:
+            if w1 - w0 <= self.min_chunk_ms:
+                raise self._too_large(query, w0, w1, exc) from None
+            mid = w0 + (w1 - w0) // 2
+            return self._fetch_screened(metric, w0, mid, stop) + self._fetch_screened(metric, mid, w1, stop)
+        with self._count_lock:
+            self.samples_received += len(flagged)
+        out = []
+        for item in flagged:
+            labels = item["metric"]
+            # Matchers also match series with more labels: keep only the flagged series itself.
+            wanted = {**labels, "__name__": metric}
+            out += [got for got in self._fetch_window(metric, w0, w1, stop, labels) if got[0] == wanted]
+        return out
+
+    def _query(self, query: str, eval_ms: int, result_type: str = "matrix") -> list[dict[str, Any]]:
         eval_time = _prom_time(eval_ms)
         extra = {"timeout": f"{self.spec.timeout_seconds:g}s", "partial_response": "false"}
         attempts = self.spec.retries + 1
@@ -330,7 +381,7 @@ class PrometheusRawSource:
                 self.queries += 1
             made += 1
             try:
-                return self._attempt(query, eval_time, extra)
+                return self._attempt(query, eval_time, extra, result_type)
             except _Retryable as exc:
                 last = exc
                 log.debug(
@@ -353,7 +404,9 @@ class PrometheusRawSource:
             "raise timeout_seconds, lower chunk_seconds, or check the server's load",
         )
 
-    def _attempt(self, query: str, eval_time: str, extra: dict[str, str]) -> list[dict[str, Any]]:
+    def _attempt(
+        self, query: str, eval_time: str, extra: dict[str, str], result_type: str
+    ) -> list[dict[str, Any]]:
         try:
             response = self._client().instant_query(query, eval_time, extra)
         except requests.Timeout as exc:
@@ -386,6 +439,8 @@ class PrometheusRawSource:
             ) from None
         status = response.status_code
         body = response.content
+        with self._count_lock:
+            self.bytes_received += len(body)
         if status >= 500 or status == 429:
             raise _Retryable(
                 f"HTTP {status} {_error_text(body)}",
@@ -411,7 +466,7 @@ class PrometheusRawSource:
                 f"the response is not valid JSON ({exc}; {len(body)} bytes)",
                 "a proxy may have cut the response: lower chunk_seconds, or check proxies in front of the server",
             ) from None
-        return _validated(doc)
+        return _validated(doc, result_type)
 
     # --- replicas ----------------------------------------------------------------------------
 
@@ -612,20 +667,22 @@ class _KubeApi:
                     last = exc
                     continue
                 raise SourceError(
-                    f"kubeconfig {self.kubeconfig}: listing {plural}.resource.k8s.io/{version} failed ({_short(exc)}); "
+                    f"kubeconfig {self.kubeconfig}: listing {plural}.resource.k8s.io/{version} failed "
+                    f"({_api_reason(exc)}); "
                     f"check access (`kubectl get {plural} -A`) and RBAC (list {plural} in resource.k8s.io)"
                 ) from None
             return {"apiVersion": "v1", "kind": "List", "items": items}
         raise SourceError(
             f"kubeconfig {self.kubeconfig}: the API server serves no resource.k8s.io {plural} "
-            f"({', '.join(self.VERSIONS)}; {_short(last) if last else 'not found'}); is DRA enabled on this cluster?"
+            f"({', '.join(self.VERSIONS)}: {_api_reason(last) if last else 'not found'}); is DRA enabled on this "
+            "cluster?"
         )
 
 
 # --- helpers ---------------------------------------------------------------------------------
 
 
-def _validated(doc: Any) -> list[dict[str, Any]]:
+def _validated(doc: Any, result_type: str = "matrix") -> list[dict[str, Any]]:
     def bad(problem: str) -> _Retryable:
         return _Retryable(
             f"unexpected response ({problem})", "check that `url` is a Prometheus-compatible API root"
@@ -638,11 +695,13 @@ def _validated(doc: Any) -> list[dict[str, Any]]:
     data = doc.get("data")
     if not isinstance(data, dict) or not isinstance(data.get("result"), list):
         raise bad("no data.result list")
-    if data.get("resultType") != "matrix":
-        raise bad(f"resultType {data.get('resultType')!r}, expected 'matrix' for a range selector")
+    if data.get("resultType") != result_type:
+        raise bad(f"resultType {data.get('resultType')!r}, expected {result_type!r}")
     for item in data["result"]:
         if not isinstance(item, dict) or not isinstance(item.get("metric"), dict):
             raise bad("a series without a `metric` object")
+        if result_type == "vector":
+            continue  # an aggregate: labels only are used, and they carry no __name__
         if not isinstance(item.get("values"), list):
             raise bad("a series without a `values` list")
         if "__name__" not in item["metric"]:
@@ -687,6 +746,22 @@ def _iso(ms: int) -> str:
 def _short(exc: BaseException | None) -> str:
     text = str(exc) if exc is not None else ""
     return text if len(text) <= 300 else text[:300] + "..."
+
+
+def _api_reason(exc: BaseException) -> str:
+    """An API server failure in one line: `HTTP 403 Forbidden: <the Status message>` (the client's own
+    text carries every response header), else the exception's text."""
+    status = getattr(exc, "status", None)
+    if not status:
+        return _short(exc).replace("\n", " ")
+    message = ""
+    try:
+        doc = json.loads(getattr(exc, "body", None) or "")
+        message = doc.get("message", "") if isinstance(doc, dict) else ""
+    except (ValueError, TypeError):
+        pass
+    reason = getattr(exc, "reason", "") or ""
+    return f"HTTP {status} {reason}" + (f": {_short(message)}" if message else "")
 
 
 def _error_text(body: bytes) -> str:

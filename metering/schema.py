@@ -98,15 +98,15 @@ DCGM_ENERGY = "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION"
 DCGM_XID = "DCGM_FI_DEV_XID_ERRORS"
 DCGM_TEMP = "DCGM_FI_DEV_GPU_TEMP"
 
+# The fields the accounting reads, and so the ones the Prometheus source pulls (R10, R11). TEMP, FB_FREE
+# and POWER are not read by any model: not pulled (docs/prometheus.md, "What is pushed down"). R4 reading
+# (docs/accounting.md): a GPU is observed at a scrape that carries one of these fields.
 DCGM_METRICS = (
     DCGM_GPU_UTIL,
     DCGM_GR_ENGINE_ACTIVE,
     DCGM_FB_USED,
-    DCGM_FB_FREE,
-    DCGM_POWER,
     DCGM_ENERGY,
     DCGM_XID,
-    DCGM_TEMP,
 )
 
 # kube-state-metrics and OpenCost series the accounting reads.
@@ -121,5 +121,10 @@ KUBE_METRICS = (
     "kube_node_labels",
     "kube_node_spec_unschedulable",
     "kube_node_status_condition",
+    "kube_pod_annotations",  # KAI Scheduler `gpu-fraction` when allow-listed (R6)
     "node_gpu_hourly_cost",
+    # Kueue quotas and usage (the quota report; not read by the accounting).
+    "kueue_cluster_queue_nominal_quota",
+    "kueue_cluster_queue_resource_usage",
+    "kueue_local_queue_resource_usage",
 )

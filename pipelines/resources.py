@@ -54,6 +54,10 @@ class PrometheusResource(ConfigurableResource):
     claims_file: str | None = None
     slices_file: str | None = None
     kubeconfig: str | None = None
+    chunk_seconds: int = 3600
+    min_chunk_seconds: int = 60
+    dedupe_bucket_seconds: int = 3600
+    pushdown: bool = True
 
     def raw_source(self, cluster: str, cluster_label: str = "cluster") -> RawSource:
         from metering.prometheus import PrometheusRawSource  # imported only where a cluster uses it
