@@ -13,6 +13,7 @@ import time
 import warnings
 from collections.abc import Sequence
 from datetime import date, timedelta
+from decimal import Decimal
 from pathlib import Path
 
 from rich.console import Console
@@ -200,17 +201,26 @@ def print_summary(config_path: Path, first: date, last: date) -> bool:
         path = invoice_lines_path(warehouse, period)
         if not path.exists():
             continue
-        import pyarrow.parquet as pq
 
-        lines = pq.read_table(path)
+        from metering.periods import is_closed
+
+        if is_closed(warehouse, period):  # R16: late data for it is billed in the next open period
+            console.print(f"Invoices {_status_line(warehouse, period)}")
+            continue
+        from metering.periods import read_lines
+
+        lines = read_lines(path)
         pool = read_mart(warehouse, "pool_daily_cost", Period.parse(period).days())
         if pool is None:
             continue
-        rec = reconcile(lines, pool, Period.parse(period), config.minor_unit)
+        # Adjustment lines carry the change in pool cost of the closed periods they correct (R16).
+        adjusted = [r["amount_unrounded"] for r in lines.to_pylist() if r["corrects_period"]]
+        rec = reconcile(lines, pool, Period.parse(period), config.minor_unit, sum(adjusted, Decimal(0)))
         ok = ok and rec.ok
         console.print(
-            f"Invoices {period}: {rec.line_count} lines, {_money(rec.lines_rounded, cur)} rounded "
-            f"against pool cost {_money(rec.pool_cost, cur)}: "
+            f"Invoices {period}: {rec.line_count} lines"
+            + (f" ({len(adjusted)} adjustments of closed periods)" if adjusted else "")
+            + f", {_money(rec.lines_rounded, cur)} rounded against pool cost {_money(rec.pool_cost, cur)}: "
             + ("[green]reconciled[/]" if rec.ok else "[red]do not reconcile[/]")
         )
     return ok
@@ -235,8 +245,9 @@ def copy_invoices(config_path: Path, days: list[date], out: Path) -> Path:
     invoices = out / "invoices"
     invoices.mkdir(parents=True, exist_ok=True)
     for period in sorted({str(Period.of(d)) for d in days}):
-        for path in sorted(exports_dir(warehouse, period).glob("*.csv")):
-            shutil.copyfile(path, invoices / path.name)
+        for path in sorted(exports_dir(warehouse, period).glob("*")):
+            if path.suffix in (".csv", ".html") and not path.name.startswith("."):
+                shutil.copyfile(path, invoices / path.name)
     return invoices
 
 
@@ -246,23 +257,88 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 0 if meter_and_invoice(config_path, _days(args.start, args.end)) else 1
 
 
+def _export_kind(name: str) -> str:
+    if name.endswith(".focus.csv"):
+        return "FOCUS 1.2"
+    return "invoice (HTML)" if name.endswith(".html") else "invoice lines"
+
+
+def _copy_exports(source: Path, out: Path, title: str) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    table = Table(title=title, title_justify="left")
+    table.add_column("file", no_wrap=True)
+    table.add_column("kind")
+    table.add_column("rows", justify="right")
+    for path in sorted(source.glob("*")):
+        if path.name.startswith(".") or not path.is_file():
+            continue
+        shutil.copyfile(path, out / path.name)
+        rows = str(sum(1 for _ in path.open(encoding="utf-8")) - 1) if path.suffix == ".csv" else ""
+        table.add_row(str(out / path.name), _export_kind(path.name), rows)
+    console.print(table)
+
+
+def _status_line(warehouse: object, period: str) -> str:
+    from metering.periods import read_manifest
+
+    manifest = read_manifest(warehouse, period)  # type: ignore[arg-type]
+    if not manifest:
+        return f"{period}: [yellow]draft[/] (close it with `gpumeter close --period {period}`)"
+    return (
+        f"{period}: [green]closed[/] {manifest['closed_at']} by {escape(str(manifest['closed_by']))}, "
+        f"{manifest['line_count']} lines, total {manifest['total']} {manifest['currency']}, "
+        f"sha256 {manifest['content_hash']}"
+    )
+
+
 def cmd_invoices(args: argparse.Namespace) -> int:
     from metering.runner import exports_dir
     from metering.warehouse import Warehouse
 
     config_path = Path(args.config)
     config = load_config(config_path)
-    _invoice(config_path, args.period)
-    source = exports_dir(Warehouse.at(config.warehouse.path), args.period)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    table = Table(title=f"Invoice files {args.period}", title_justify="left")
-    table.add_column("file")
-    table.add_column("lines", justify="right")
-    for path in sorted(source.glob(f"invoice_lines_{args.period}_*.csv")):
-        shutil.copyfile(path, out / path.name)
-        table.add_row(str(out / path.name), str(sum(1 for _ in path.open()) - 1))
+    warehouse = Warehouse.at(config.warehouse.path)
+    _invoice(config_path, args.period)  # a closed period is left as closed (R16)
+    _copy_exports(exports_dir(warehouse, args.period), Path(args.out), f"Invoice files {args.period}")
+    console.print(_status_line(warehouse, args.period))
+    return 0
+
+
+def cmd_close(args: argparse.Namespace) -> int:
+    from metering.periods import close_period, is_closed
+    from metering.warehouse import Warehouse
+
+    config_path = Path(args.config)
+    config = load_config(config_path)
+    warehouse = Warehouse.at(config.warehouse.path)
+    if not is_closed(warehouse, args.period):
+        _invoice(config_path, args.period)  # close what the stored days say now
+    manifest = close_period(config, warehouse, Period.parse(args.period), by=args.by, reason=args.reason)
+    table = Table(title=f"Closed {args.period}", title_justify="left")
+    table.add_column("invoice", no_wrap=True)
+    for invoice in manifest["invoice_ids"]:
+        table.add_row(invoice)
     console.print(table)
+    console.print(_status_line(warehouse, args.period))
+    console.print(
+        "Its invoices never change now; data arriving later for it is billed in the next open period as "
+        "`adjustment` lines (R16)."
+    )
+    return 0
+
+
+def cmd_reopen(args: argparse.Namespace) -> int:
+    from metering.periods import reopen_period
+    from metering.warehouse import Warehouse
+
+    config = load_config(Path(args.config))
+    event = reopen_period(
+        Warehouse.at(config.warehouse.path), Period.parse(args.period), reason=args.reason, by=args.by
+    )
+    console.print(
+        f"{args.period}: [yellow]reopened[/] {event['at']} by {escape(event['by'])}: {escape(event['reason'])}\n"
+        f"Run `gpumeter invoices --period {args.period}` to roll it up again, then close it."
+    )
     return 0
 
 
@@ -545,11 +621,36 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--end", required=True, type=_date, help="last day, inclusive, YYYY-MM-DD (UTC)")
     run.set_defaults(func=cmd_run)
 
-    inv = sub.add_parser("invoices", help="write a month's invoice-lines CSVs (all tenants and per tenant)")
-    inv.add_argument("--config", required=True)
+    inv = sub.add_parser(
+        "invoices",
+        help="roll a month up (the invoice_month Dagster job) and write its exports: invoice-lines CSVs (all "
+        "tenants and per tenant), the FOCUS 1.2 CSV and one HTML invoice per tenant; a closed month's files "
+        "are copied as closed",
+    )
+    inv.add_argument("--config", required=True, help="gpumeter YAML config")
     inv.add_argument("--period", required=True, type=_period, help="YYYY-MM")
-    inv.add_argument("--out", required=True, help="directory for the CSV files")
+    inv.add_argument("--out", required=True, help="directory the export files are copied to")
     inv.set_defaults(func=cmd_invoices)
+
+    close = sub.add_parser(
+        "close",
+        help="close a month (R16): roll it up once more, then freeze its invoices with a content hash; "
+        "late data for it is billed in the next open month as adjustment lines",
+    )
+    close.add_argument("--config", required=True, help="gpumeter YAML config")
+    close.add_argument("--period", required=True, type=_period, help="YYYY-MM")
+    close.add_argument("--by", help="who closes it (default: the login name); recorded in the audit log")
+    close.add_argument("--reason", help="why, recorded in the manifest and the audit log")
+    close.set_defaults(func=cmd_close)
+
+    reopen = sub.add_parser(
+        "reopen", help="reopen a closed month (needs --reason); recorded in the audit log"
+    )
+    reopen.add_argument("--config", required=True, help="gpumeter YAML config")
+    reopen.add_argument("--period", required=True, type=_period, help="YYYY-MM")
+    reopen.add_argument("--reason", required=True, help="why it is reopened (required)")
+    reopen.add_argument("--by", help="who reopens it (default: the login name)")
+    reopen.set_defaults(func=cmd_reopen)
 
     sim = sub.add_parser(
         "simulate", help="write the simulated AI factory's raw samples (Parquet, OpenMetrics)"

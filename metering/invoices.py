@@ -12,6 +12,7 @@ from decimal import ROUND_HALF_EVEN, Decimal
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from metering.config import IDLE, UNALLOCATED, Config
 from metering.warehouse import atomic_write_text
@@ -31,6 +32,11 @@ INVOICE_COLUMNS = (
     "amount",
     "currency",
 )
+# R16: adjustment lines name what they correct. Trailing columns, so that the contract's 13 columns keep
+# their order and position; empty on usage lines (docs/billing.md).
+ADJUSTMENT_COLUMNS = ("corrects_period", "corrects_charge_type")
+CSV_COLUMNS = INVOICE_COLUMNS + ADJUSTMENT_COLUMNS
+ADJUSTMENT = "adjustment"
 
 INVOICE_SCHEMA = pa.schema(
     [
@@ -48,6 +54,9 @@ INVOICE_SCHEMA = pa.schema(
         ("amount_unrounded", pa.decimal128(38, 12)),
         ("amount", pa.decimal128(38, 4)),
         ("currency", pa.string()),
+        ("busy_gpu_hours", pa.decimal128(38, 9)),  # R10, for efficiency on exports
+        ("corrects_period", pa.string()),  # R16: the closed period an adjustment line corrects
+        ("corrects_charge_type", pa.string()),  # ... and the charge type it corrects
     ]
 )
 
@@ -105,59 +114,98 @@ def invoice_id(period: Period, tenant: str) -> str:
     return f"INV-{period}-{slug}"
 
 
-def build_invoice_lines(tenant_daily_cost: pa.Table, config: Config, period: Period) -> pa.Table:
-    """Roll the period's days up to invoice lines: one per (tenant, charge type, GPU model, MIG profile)."""
-    sums: dict[tuple[str, str, str, str], list[Decimal]] = defaultdict(
-        lambda: [Decimal(0), Decimal(0), Decimal(0)]
+LineKey = tuple[str, str, str, str]  # (tenant, charge type, GPU model, MIG profile)
+
+
+@dataclass
+class LineSums:
+    """Exact sums behind one invoice line (R1: decimal, order-independent)."""
+
+    device_hours: Decimal = Decimal(0)
+    gpu_hours: Decimal = Decimal(0)
+    busy_gpu_hours: Decimal = Decimal(0)
+    amount: Decimal = Decimal(0)
+
+
+def cost_centers_of(config: Config) -> dict[str, str]:
+    """The config is the reference for cost centers."""
+    return {t.name: t.cost_center for t in config.tenants if t.cost_center}
+
+
+def line_order(row: dict) -> tuple:
+    """Tenants by name, then __unallocated__, then __idle__; usage before adjustments (R14)."""
+    tenant = row["tenant"]
+    bucket = 2 if tenant == IDLE else 1 if tenant == UNALLOCATED else 0
+    return (
+        bucket,
+        tenant,
+        _CHARGE_ORDER.get(row["charge_type"], 9),
+        row.get("corrects_period") or "",
+        _CHARGE_ORDER.get(row.get("corrects_charge_type") or "", 9),
+        row["gpu_model"],
+        row["mig_profile"],
     )
-    cost_centers: dict[str, str | None] = {}
-    start, end = period.start, period.end
-    for row in tenant_daily_cost.to_pylist():
-        day = row["day"]
-        if not start <= day < end:
-            continue
-        key = (row["tenant"], row["charge_type"], row["gpu_model"] or "", row["mig_profile"] or "")
-        acc = sums[key]
-        acc[0] += Decimal(row["device_seconds"])
-        acc[1] += Decimal(row["gpu_seconds"])
-        acc[2] += Decimal(row["amount"])
-        if row.get("cost_center"):
-            cost_centers[row["tenant"]] = row["cost_center"]
-    for tenant in config.tenants:  # the config is the reference for cost centers
-        if tenant.cost_center:
-            cost_centers[tenant.name] = tenant.cost_center
 
-    def order(key: tuple[str, str, str, str]) -> tuple[int, str, int, str, str]:
-        tenant, charge, model, profile = key
-        bucket = 2 if tenant == IDLE else 1 if tenant == UNALLOCATED else 0
-        return (bucket, tenant, _CHARGE_ORDER.get(charge, 9), model, profile)
 
+def make_lines(
+    sums: dict[LineKey, LineSums],
+    config: Config,
+    period: Period,
+    cost_centers: dict[str, str] | None = None,
+    corrects: Period | None = None,
+) -> list[dict]:
+    """Invoice line rows of `period` from exact sums. With `corrects`, they are `adjustment` lines of that
+    closed period (R16): the key's charge type becomes `corrects_charge_type`."""
+    centers = {**(cost_centers or {}), **cost_centers_of(config)}
     rows = []
-    hour = Decimal(3600)
-    for key in sorted(sums, key=order):
-        tenant, charge, model, profile = key
-        device_seconds, gpu_seconds, amount = sums[key]
-        gpu_hours = gpu_seconds / hour
-        unit_price = (amount / gpu_hours).quantize(Decimal("1e-9")) if gpu_hours else Decimal(0)
+    for (tenant, charge, model, profile), acc in sums.items():
+        unit_price = (acc.amount / acc.gpu_hours).quantize(Decimal("1e-9")) if acc.gpu_hours else Decimal(0)
         rows.append(
             {
                 "invoice_id": invoice_id(period, tenant),
                 "tenant": tenant,
-                "cost_center": cost_centers.get(tenant) or "",
-                "period_start": iso_utc(start),
-                "period_end": iso_utc(end),
-                "charge_type": charge,
+                "cost_center": centers.get(tenant) or "",
+                "period_start": iso_utc(period.start),
+                "period_end": iso_utc(period.end),
+                "charge_type": ADJUSTMENT if corrects else charge,
                 "gpu_model": model,
                 "mig_profile": profile,
-                "device_hours": (device_seconds / hour).quantize(Decimal("1e-9")),
-                "gpu_hours": gpu_hours.quantize(Decimal("1e-9")),
+                "device_hours": acc.device_hours.quantize(Decimal("1e-9")),
+                "gpu_hours": acc.gpu_hours.quantize(Decimal("1e-9")),
                 "unit_price": unit_price,
-                "amount_unrounded": amount.quantize(Decimal("1e-12")),
-                "amount": round_money(amount, config.minor_unit),
+                "amount_unrounded": acc.amount.quantize(Decimal("1e-12")),
+                "amount": round_money(acc.amount, config.minor_unit),  # R12
                 "currency": config.currency,
+                "busy_gpu_hours": acc.busy_gpu_hours.quantize(Decimal("1e-9")),
+                "corrects_period": str(corrects) if corrects else None,
+                "corrects_charge_type": charge if corrects else None,
             }
         )
-    return pa.Table.from_pylist(rows, schema=INVOICE_SCHEMA)
+    return rows
+
+
+def lines_table(rows: list[dict]) -> pa.Table:
+    return pa.Table.from_pylist(sorted(rows, key=line_order), schema=INVOICE_SCHEMA)
+
+
+def build_invoice_lines(tenant_daily_cost: pa.Table, config: Config, period: Period) -> pa.Table:
+    """Roll the period's days up to invoice lines: one per (tenant, charge type, GPU model, MIG profile)."""
+    seconds: dict[LineKey, list[Decimal]] = defaultdict(lambda: [Decimal(0)] * 4)
+    cost_centers: dict[str, str] = {}
+    start, end = period.start, period.end
+    for row in tenant_daily_cost.to_pylist():
+        if not start <= row["day"] < end:
+            continue
+        acc = seconds[(row["tenant"], row["charge_type"], row["gpu_model"] or "", row["mig_profile"] or "")]
+        acc[0] += Decimal(row["device_seconds"])
+        acc[1] += Decimal(row["gpu_seconds"])
+        acc[2] += Decimal(row.get("busy_gpu_seconds") or 0)
+        acc[3] += Decimal(row["amount"])
+        if row.get("cost_center"):
+            cost_centers[row["tenant"]] = row["cost_center"]
+    hour = Decimal(3600)  # sums in seconds are exact; hours are derived once per line
+    sums = {key: LineSums(d / hour, g / hour, b / hour, amount) for key, (d, g, b, amount) in seconds.items()}
+    return lines_table(make_lines(sums, config, period, cost_centers))
 
 
 _FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
@@ -181,10 +229,19 @@ def _format(value: object, minor_unit: int, column: str) -> str:
 def invoice_csv(lines: pa.Table, minor_unit: int) -> str:
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
-    writer.writerow(INVOICE_COLUMNS)
+    writer.writerow(CSV_COLUMNS)
     for row in lines.to_pylist():
-        writer.writerow([_format(row[c], minor_unit, c) for c in INVOICE_COLUMNS])
+        writer.writerow([_format(row[c], minor_unit, c) for c in CSV_COLUMNS])
     return out.getvalue()
+
+
+def billed_tenants(lines: pa.Table) -> list[str]:
+    """Tenants that get an invoice of their own: every one with lines, the buckets excepted (R7, R9)."""
+    return [t for t in dict.fromkeys(lines.column("tenant").to_pylist()) if t not in (IDLE, UNALLOCATED)]
+
+
+def tenant_lines(lines: pa.Table, tenant: str) -> pa.Table:
+    return lines.filter(pc.equal(lines.column("tenant"), tenant))
 
 
 def write_invoice_csvs(lines: pa.Table, config: Config, period: Period, out_dir: Path) -> list[Path]:
@@ -194,21 +251,16 @@ def write_invoice_csvs(lines: pa.Table, config: Config, period: Period, out_dir:
     written = [
         atomic_write_text(out_dir / f"invoice_lines_{period}_all.csv", invoice_csv(lines, config.minor_unit))
     ]
-    tenants = [t for t in dict.fromkeys(lines.column("tenant").to_pylist()) if t not in (IDLE, UNALLOCATED)]
-    for tenant in tenants:
-        mask = [t == tenant for t in lines.column("tenant").to_pylist()]
-        tenant_lines = lines.filter(pa.array(mask))
-        written.append(
-            atomic_write_text(
-                out_dir / f"invoice_lines_{period}_{tenant}.csv", invoice_csv(tenant_lines, config.minor_unit)
-            )
-        )
+    for tenant in billed_tenants(lines):
+        text = invoice_csv(tenant_lines(lines, tenant), config.minor_unit)
+        written.append(atomic_write_text(out_dir / f"invoice_lines_{period}_{tenant}.csv", text))
     return written
 
 
 @dataclass(frozen=True)
 class Reconciliation:
-    """R13 after rounding: the invoice lines against the pool cost of the same days."""
+    """R13 after rounding: the invoice lines against the pool cost of the same days (plus, for a period
+    carrying adjustments, the change in pool cost of the closed periods they correct: R16)."""
 
     pool_cost: Decimal
     lines_unrounded: Decimal
@@ -230,8 +282,14 @@ class Reconciliation:
         return self.exact and self.within_rounding
 
 
-def reconcile(lines: pa.Table, pool_daily_cost: pa.Table, period: Period, minor_unit: int) -> Reconciliation:
-    pool = sum(
+def reconcile(
+    lines: pa.Table,
+    pool_daily_cost: pa.Table,
+    period: Period,
+    minor_unit: int,
+    corrections: Decimal = Decimal(0),
+) -> Reconciliation:
+    pool = corrections + sum(
         (
             Decimal(r["pool_cost"])
             for r in pool_daily_cost.to_pylist()

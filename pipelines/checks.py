@@ -9,12 +9,29 @@ multi-asset right after it writes the day, so each result belongs to that day's 
 
 from __future__ import annotations
 
+import csv
 from decimal import Decimal
+from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from dagster import AssetCheckResult, AssetCheckSeverity, AssetCheckSpec, MetadataValue
 
 from metering.config import UNALLOCATED, Config
+from metering.invoices import Period
+from metering.periods import (
+    closed_lines_path,
+    closed_periods,
+    corrected_periods,
+    exports_dir,
+    focus_path,
+    is_closed,
+    read_lines,
+    read_manifest,
+    stored_lines,
+    verify_closed,
+)
+from metering.warehouse import MARTS, Warehouse
 
 EPSILON = 1e-9
 
@@ -143,3 +160,146 @@ def evaluate(marts_by_cluster: dict[str, dict[str, pa.Table]], config: Config) -
         coverage(marts_by_cluster, config),
         unmapped_namespaces(marts_by_cluster),
     ]
+
+
+# --- monthly invoice checks (R13, R14, R16): evaluated by the billing assets of pipelines/billing_assets.py
+
+INVOICE_LINES_CHECK = AssetCheckSpec(
+    "invoice_matches_daily_costs",
+    asset="invoice_lines",
+    blocking=True,
+    description="Each tenant's usage lines = its tenant daily costs of the period, exactly; adjustment lines "
+    "= the change in pool cost of the closed periods they correct (R14, R16). A closed period: its files "
+    "are byte-identical to its manifest.",
+)
+INVOICE_CSV_CHECK = AssetCheckSpec(
+    "invoice_csv_reconciles_r13",
+    asset="invoice_csv",
+    description="The all-tenants invoice-lines CSV sums to the pool cost (+ adjustments) within half a minor "
+    "unit per line (R12, R13).",
+)
+INVOICE_FOCUS_CHECK = AssetCheckSpec(
+    "focus_billed_cost_total",
+    asset="invoice_focus",
+    description="The FOCUS file's BilledCost sums to the all-tenants invoice-lines CSV total.",
+)
+
+
+def _closed_files_intact(warehouse: Warehouse, period: str, spec: AssetCheckSpec) -> AssetCheckResult:
+    changed = verify_closed(warehouse, period)
+    return AssetCheckResult(
+        check_name=spec.name,
+        asset_key=spec.asset_key,
+        passed=not changed,
+        severity=AssetCheckSeverity.ERROR,
+        metadata={"closed": True, "changed_files": MetadataValue.json(changed)},
+    )
+
+
+def _expected_adjustments(warehouse: Warehouse, period: str) -> dict[str, Decimal]:
+    """Per corrected period: pool cost now − its closed total − adjustments for it billed elsewhere (R16).
+    Computed from totals only, independently of the per-line adjustment arithmetic."""
+    expected: dict[str, Decimal] = {}
+    for corrected in corrected_periods(warehouse, Period.parse(period)):
+        key = str(corrected)
+        pool = warehouse.read_days(MARTS, "pool_daily_cost", corrected.days())
+        now = _sum(pool, "pool_cost") if pool is not None else Decimal(0)
+        closed_lines = read_lines(closed_lines_path(warehouse, key))
+        # Its closed usage: the manifest's total less the adjustments it carried for earlier periods.
+        carried = closed_lines.filter(pc.is_valid(closed_lines.column("corrects_period")))
+        billed = Decimal((read_manifest(warehouse, key) or {})["total_unrounded"]) - _sum(
+            carried, "amount_unrounded"
+        )
+        for other in closed_periods(warehouse):
+            if other not in (key, period):
+                other_lines = read_lines(closed_lines_path(warehouse, other))
+                billed += _sum(other_lines, "amount_unrounded", {"corrects_period": key})
+        expected[key] = now - billed
+    return expected
+
+
+def invoice_matches_daily_costs(warehouse: Warehouse, period: str) -> AssetCheckResult:
+    spec = INVOICE_LINES_CHECK
+    if is_closed(warehouse, period):
+        return _closed_files_intact(warehouse, period, spec)
+    lines = stored_lines(warehouse, period)
+    daily = warehouse.read_days(MARTS, "tenant_daily_cost", Period.parse(period).days())
+    billed: dict[str, Decimal] = {}
+    adjusted: dict[str, Decimal] = {}
+    for row in lines.to_pylist() if lines is not None else []:
+        into = adjusted if row["corrects_period"] else billed
+        key = row["corrects_period"] or row["tenant"]
+        into[key] = into.get(key, Decimal(0)) + Decimal(row["amount_unrounded"])
+    costs: dict[str, Decimal] = {}
+    for row in daily.select(["tenant", "amount"]).to_pylist() if daily is not None else []:
+        costs[row["tenant"]] = costs.get(row["tenant"], Decimal(0)) + Decimal(row["amount"])
+    expected = {k: v for k, v in _expected_adjustments(warehouse, period).items() if v or k in adjusted}
+    tenants_off = {
+        t: str(billed.get(t, Decimal(0)) - costs.get(t, Decimal(0)))
+        for t in sorted(set(billed) | set(costs))
+        if billed.get(t, Decimal(0)) != costs.get(t, Decimal(0))
+    }
+    adjustments_off = {
+        k: str(adjusted.get(k, Decimal(0)) - v)
+        for k, v in sorted({**dict.fromkeys(adjusted, Decimal(0)), **expected}.items())
+        if adjusted.get(k, Decimal(0)) != v
+    }
+    return AssetCheckResult(
+        check_name=spec.name,
+        asset_key=spec.asset_key,
+        passed=not tenants_off and not adjustments_off,
+        severity=AssetCheckSeverity.ERROR,
+        metadata={
+            "tenants_off": MetadataValue.json(tenants_off),
+            "adjustments": MetadataValue.json({k: str(v) for k, v in adjusted.items()}),
+            "adjustments_off": MetadataValue.json(adjustments_off),
+        },
+    )
+
+
+def _csv_column_total(path: Path, column: str) -> tuple[Decimal, int]:
+    with path.open(newline="", encoding="utf-8") as fh:
+        rows = list(csv.DictReader(fh))
+    return sum((Decimal(r[column]) for r in rows), Decimal(0)), len(rows)
+
+
+def invoice_csv_reconciles(warehouse: Warehouse, period: str, minor_unit: int) -> AssetCheckResult:
+    spec = INVOICE_CSV_CHECK
+    if is_closed(warehouse, period):
+        return _closed_files_intact(warehouse, period, spec)
+    path = exports_dir(warehouse, period) / f"invoice_lines_{period}_all.csv"
+    total, count = _csv_column_total(path, "amount")
+    pool = warehouse.read_days(MARTS, "pool_daily_cost", Period.parse(period).days())
+    expected = (_sum(pool, "pool_cost") if pool is not None else Decimal(0)) + sum(
+        _expected_adjustments(warehouse, period).values(), Decimal(0)
+    )
+    tolerance = Decimal(1).scaleb(-minor_unit) / 2 * max(count, 1)  # R13 after rounding (R12)
+    return AssetCheckResult(
+        check_name=spec.name,
+        asset_key=spec.asset_key,
+        passed=abs(total - expected) <= tolerance,
+        severity=AssetCheckSeverity.ERROR,
+        metadata={
+            "file": str(path),
+            "lines": count,
+            "invoiced_rounded": str(total),
+            "pool_cost_with_adjustments": str(expected),
+            "tolerance": str(tolerance),
+        },
+    )
+
+
+def focus_billed_cost_total(warehouse: Warehouse, period: str) -> AssetCheckResult:
+    spec = INVOICE_FOCUS_CHECK
+    if is_closed(warehouse, period):
+        return _closed_files_intact(warehouse, period, spec)
+    out = exports_dir(warehouse, period)
+    invoiced, lines = _csv_column_total(out / f"invoice_lines_{period}_all.csv", "amount")
+    billed, rows = _csv_column_total(focus_path(out, period), "BilledCost")
+    return AssetCheckResult(
+        check_name=spec.name,
+        asset_key=spec.asset_key,
+        passed=billed == invoiced and rows == lines,
+        severity=AssetCheckSeverity.ERROR,
+        metadata={"billed_cost": str(billed), "invoiced": str(invoiced), "rows": rows, "lines": lines},
+    )

@@ -15,7 +15,8 @@ from dagster import (
     define_asset_job,
 )
 
-from pipelines.assets import day_accounting, monthly_invoice, raw_samples
+from pipelines.assets import day_accounting, raw_samples
+from pipelines.billing_assets import BILLING_ASSETS
 from pipelines.resources import GpumeterConfigResource
 from pipelines.schedules import build_schedules
 
@@ -31,8 +32,9 @@ meter_day_job = define_asset_job(
 )
 invoice_month_job = define_asset_job(
     INVOICE_MONTH_JOB,
-    selection=AssetSelection.assets(monthly_invoice),
-    description="Roll a month's days up to invoice lines and write the invoice CSVs.",
+    selection=AssetSelection.assets(*BILLING_ASSETS),
+    description="Roll a month's days up to invoice lines (with adjustments for closed months) and write "
+    "its exports: invoice-lines CSVs, FOCUS, HTML invoices. A closed month is left untouched (R16).",
 )
 
 SCHEDULES = build_schedules(meter_day_job, invoice_month_job)
@@ -40,7 +42,7 @@ SCHEDULES = build_schedules(meter_day_job, invoice_month_job)
 
 def build_definitions(config_path: str | os.PathLike[str]) -> Definitions:
     return Definitions(
-        assets=[raw_samples, day_accounting, monthly_invoice],
+        assets=[raw_samples, day_accounting, *BILLING_ASSETS],
         jobs=[meter_day_job, invoice_month_job],
         schedules=SCHEDULES,
         resources={"gpumeter": GpumeterConfigResource(config_path=str(Path(config_path).resolve()))},
