@@ -7,13 +7,16 @@ import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import date
+from decimal import Decimal
 from pathlib import Path
 
 import pyarrow as pa
 
+from metering import periods
 from metering.accounting import LAYERS, RawDay, load_models, lookback_ms, meter_day
 from metering.config import Config
-from metering.invoices import Period, Reconciliation, build_invoice_lines, reconcile, write_invoice_csvs
+from metering.invoices import INVOICE_SCHEMA, Period, Reconciliation, reconcile
+from metering.periods import exports_dir, invoice_lines_path  # noqa: F401 - their home before periods.py
 from metering.schema import RAW_TABLES
 from metering.sources import RawSource
 from metering.warehouse import INTERMEDIATE, MARTS, RAW, STAGING, Warehouse, atomic_write_text
@@ -104,33 +107,84 @@ class MonthSummary:
     day_count: int
     reconciliation: Reconciliation
     exports: list[Path]
+    closed: bool = False  # R16: a closed period is left untouched
+    adjustment_count: int = 0
 
 
-def invoice_lines_path(warehouse: Warehouse, period: str) -> Path:
-    return warehouse.period_path(MARTS, "invoice_lines", period)
+def _pool(warehouse: Warehouse, days: list[date]) -> pa.Table:
+    pool = read_mart(warehouse, "pool_daily_cost", days)
+    if pool is None:
+        return pa.table({"day": pa.array([], pa.date32()), "pool_cost": pa.array([], pa.decimal128(38, 12))})
+    return pool
 
 
-def exports_dir(warehouse: Warehouse, period: str) -> Path:
-    return warehouse.root / "exports" / period
-
-
-def roll_up_month(config: Config, warehouse: Warehouse, period_key: str) -> MonthSummary:
-    """Invoice lines of the month from its stored days (R2: the month is the sum of its days)."""
+def roll_up_month(
+    config: Config, warehouse: Warehouse, period_key: str, *, write_exports: bool = True
+) -> MonthSummary:
+    """Invoice lines of the month from its stored days (R2: the month is the sum of its days), plus the
+    adjustments it carries for closed periods (R16). A closed month is not rolled up again: its lines and
+    files stay as closed, and the summary says so."""
     period = Period.parse(period_key[:7])
+    key = str(period)
     days = period.days()
     daily = read_mart(warehouse, "tenant_daily_cost", days)
-    pool = read_mart(warehouse, "pool_daily_cost", days)
-    if daily is None or pool is None:
-        from metering.invoices import INVOICE_SCHEMA
-
-        lines = INVOICE_SCHEMA.empty_table()
-        day_count = 0
-        pool = pa.table({"day": pa.array([], pa.date32()), "pool_cost": pa.array([], pa.decimal128(38, 12))})
-    else:
-        lines = build_invoice_lines(daily, config, period)
-        day_count = len(set(daily.column("day").to_pylist()))
-    warehouse.write_period(MARTS, "invoice_lines", str(period), lines)
-    exports = write_invoice_csvs(lines, config, period, exports_dir(warehouse, str(period)))
+    day_count = len(set(daily.column("day").to_pylist())) if daily is not None else 0
+    if periods.is_closed(warehouse, key):
+        lines = periods.stored_lines(warehouse, key)
+        assert lines is not None  # a closed period always has its closed copy
+        adjustments = [r for r in lines.to_pylist() if r["corrects_period"]]
+        # Against its own days as closed: Σ closed lines = manifest total (late data goes elsewhere).
+        manifest = periods.read_manifest(warehouse, key) or {}
+        closed_total = Decimal(manifest.get("total_unrounded", "0"))
+        pool = pa.table(
+            {
+                "day": pa.array([period.start], pa.date32()),
+                "pool_cost": pa.array([closed_total], pa.decimal128(38, 12)),
+            }
+        )
+        return MonthSummary(
+            key,
+            lines.num_rows,
+            day_count,
+            reconcile(lines, pool, period, config.minor_unit),
+            [],
+            closed=True,
+            adjustment_count=len(adjustments),
+        )
+    lines, found = periods.roll_up(config, warehouse, period, lambda t, d: read_mart(warehouse, t, d))
+    warehouse.write_period(MARTS, "invoice_lines", key, lines)
+    exports = export_month(config, warehouse, key, "all") if write_exports else []
+    delta = sum((c.pool_delta for c in found), Decimal(0))
     return MonthSummary(
-        str(period), lines.num_rows, day_count, reconcile(lines, pool, period, config.minor_unit), exports
+        key,
+        lines.num_rows,
+        day_count,
+        reconcile(lines, _pool(warehouse, days), period, config.minor_unit, corrections=delta),
+        exports,
+        adjustment_count=sum(len(c.lines) for c in found),
     )
+
+
+EXPORT_KINDS = ("csv", "focus", "documents")
+
+
+def export_month(config: Config, warehouse: Warehouse, period_key: str, kind: str) -> list[Path]:
+    """Write one kind of export (`csv`, `focus`, `documents` or `all`) of the month's stored lines. A closed
+    month's exports were written when it closed and are never written again (R16): returns []."""
+    period = Period.parse(period_key[:7])
+    key = str(period)
+    if periods.is_closed(warehouse, key):
+        return []
+    lines = periods.stored_lines(warehouse, key)
+    if lines is None:
+        lines = INVOICE_SCHEMA.empty_table()
+    out = exports_dir(warehouse, key)
+    status = periods.status_of(warehouse, key, lines, config.minor_unit)
+    writers = {
+        "csv": lambda: periods.write_csv_exports(lines, config, period, out),
+        "focus": lambda: periods.write_focus_export(lines, config, period, out),
+        "documents": lambda: periods.write_documents(lines, config, period, out, status),
+    }
+    if kind == "all":
+        return [path for name in EXPORT_KINDS for path in writers[name]()]
+    return writers[kind]()
