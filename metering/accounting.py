@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import re
 import warnings
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta
 from functools import cache
@@ -68,6 +68,14 @@ class RawDay:
             "raw_dra_allocations": self.dra_allocations,
             "raw_dra_devices": self.dra_devices,
         }
+
+
+@dataclass(frozen=True)
+class RawFiles:
+    """Raw samples of one cluster as stored Parquet files (the day with its lookback), by raw table name.
+    DuckDB scans them where they lie: a 10,000-GPU day never has to fit in Python memory (bench/)."""
+
+    files: Mapping[str, Sequence[Path]]
 
 
 def _description(sql: str) -> str:
@@ -240,20 +248,25 @@ def lookback_ms(config: Config) -> int:
 
 
 def meter_day(
-    raw: RawDay,
+    raw: RawDay | RawFiles,
     config: Config,
     cluster: str,
     day: date,
     on_model: Callable[[Model], None] | None = None,
+    keep_layers: Collection[str] = LAYERS,
+    temp_directory: Path | None = None,
 ) -> dict[str, pa.Table]:
-    """Run every model for one cluster and day. Returns {model name: table}."""
+    """Run every model for one cluster and day. Returns {model name: table} for the models of
+    `keep_layers`; the others are computed inside DuckDB and never copied out (they can be 100 M rows
+    at fleet scale). DuckDB spills to `temp_directory` past `warehouse.memory_limit`."""
     con = duckdb.connect()
     try:
         con.execute("set threads to 2")
-        for name, table in raw.tables().items():
-            con.register(f"{name}__arrow", _conform(table, RAW_TABLES[name]))
-            con.execute(f"create temp table {name} as select * from {name}__arrow")
-            con.unregister(f"{name}__arrow")
+        con.execute("set memory_limit = ?", [config.warehouse.memory_limit])
+        if temp_directory is not None:
+            temp_directory.mkdir(parents=True, exist_ok=True)
+            con.execute("set temp_directory = ?", [str(temp_directory)])
+        _load_raw(con, raw)
         _set_variables(con, config, cluster, day)
         results: dict[str, pa.Table] = {}
         with warnings.catch_warnings():
@@ -274,12 +287,43 @@ def meter_day(
                 order = " order by all" if model.layer == "marts" else ""
                 if model.name == "int_gpu_samples":
                     _require_prices(con)
-                results[model.name] = con.sql(f"select * from {model.name}{order}").to_arrow_table()
+                if model.layer in keep_layers:
+                    results[model.name] = con.sql(f"select * from {model.name}{order}").to_arrow_table()
                 if on_model:
                     on_model(model)
         return results
     finally:
         con.close()
+
+
+def _load_raw(con: duckdb.DuckDBPyConnection, raw: RawDay | RawFiles) -> None:
+    """Raw tables under their model names: Arrow tables are copied in, stored files are read in place."""
+    if isinstance(raw, RawDay):
+        for name, table in raw.tables().items():
+            con.register(f"{name}__arrow", _conform(table, RAW_TABLES[name]))
+            con.execute(f"create temp table {name} as select * from {name}__arrow")
+            con.unregister(f"{name}__arrow")
+        return
+    for name, schema in RAW_TABLES.items():
+        paths = [str(p) for p in raw.files.get(name, ())]
+        if not paths:
+            con.register(f"{name}__arrow", schema.empty_table())
+            con.execute(f"create temp table {name} as select * from {name}__arrow")
+            con.unregister(f"{name}__arrow")
+            continue
+        columns = ", ".join(f'"{column}"' for column in schema.names)
+        files = ", ".join("'" + p.replace("'", "''") + "'" for p in paths)  # a view takes no parameters
+        try:
+            con.execute(
+                f"create temp view {name} as select {columns} from read_parquet([{files}], "
+                "hive_partitioning = false, union_by_name = true)"
+            )
+            con.execute(f"select * from {name} limit 0")
+        except duckdb.Error as exc:
+            raise AccountingError(
+                f"raw files of {name} ({paths[0]}{' and others' if len(paths) > 1 else ''}) do not match the "
+                f"raw-samples schema: {exc}; re-pull the day"
+            ) from exc
 
 
 def _require_prices(con: duckdb.DuckDBPyConnection) -> None:

@@ -200,6 +200,16 @@ class Tenant(_Model):
 
 class Warehouse(_Model):
     path: str = Field(".gpumeter/warehouse", description="Directory of the Parquet warehouse.")
+    persist_models: Literal["all", "marts"] = Field(
+        "all",
+        description="Store every model's day (all) or only the marts; staging/intermediate tables of a large "
+        "fleet are 100 M rows a day and are then kept inside DuckDB only (docs/deploy.md).",
+    )
+    memory_limit: str = Field(
+        "3GB",
+        pattern=r"^\d+(\.\d+)?\s*(KB|MB|GB|TB|KiB|MiB|GiB|TiB)$",
+        description="DuckDB memory_limit of one metering run; past it DuckDB spills to <path>/.tmp.",
+    )
 
 
 class Stranded(_Model):

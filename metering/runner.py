@@ -4,6 +4,8 @@ job, one code path). Each step reads what it needs from the warehouse and replac
 from __future__ import annotations
 
 import json
+import os
+import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import date
@@ -13,7 +15,7 @@ from pathlib import Path
 import pyarrow as pa
 
 from metering import periods
-from metering.accounting import LAYERS, RawDay, load_models, lookback_ms, meter_day
+from metering.accounting import LAYERS, RawDay, RawFiles, load_models, lookback_ms, meter_day
 from metering.config import Config
 from metering.invoices import INVOICE_SCHEMA, Period, Reconciliation, reconcile
 from metering.periods import exports_dir, invoice_lines_path  # noqa: F401 - their home before periods.py
@@ -61,30 +63,37 @@ def pull_raw_day(
     return counts
 
 
-def read_raw_day(warehouse: Warehouse, cluster: str, day: date) -> RawDay:
-    tables = {}
-    for name, schema in RAW_TABLES.items():
-        path = warehouse.day_path(RAW, name, cluster, day)
-        stored = warehouse.read_days(RAW, name, [day], cluster) if path.exists() else None
-        tables[name] = schema.empty_table() if stored is None else stored.select(schema.names).cast(schema)
-    return RawDay(
-        tables["raw_dcgm_samples"],
-        tables["raw_kube_samples"],
-        tables["raw_dra_allocations"],
-        tables["raw_dra_devices"],
-    )
+def read_raw_day(warehouse: Warehouse, cluster: str, day: date) -> RawFiles:
+    """The stored raw files of a (cluster, day): every Parquet file of its day folder (a fleet's day is
+    written in parts), read in place by DuckDB."""
+    files = {}
+    for name in RAW_TABLES:
+        folder = warehouse.day_path(RAW, name, cluster, day).parent
+        files[name] = sorted(folder.glob("*.parquet")) if folder.is_dir() else []
+    return RawFiles(files)
 
 
 def meter_partition_day(
     config: Config, warehouse: Warehouse, day: date, log: Log = _quiet
 ) -> tuple[dict[str, int], dict[str, dict[str, pa.Table]]]:
     """Meter every cluster of the day from the raw zone; compute all clusters, then write (R15).
-    Returns row counts per model and the tables per cluster (for the asset checks)."""
+    Returns row counts per model and the tables per cluster (for the asset checks). With
+    `warehouse.persist_models: marts` staging and intermediate models stay inside DuckDB."""
+    keep = LAYERS if config.warehouse.persist_models == "all" else ("marts",)
     results: dict[str, dict[str, pa.Table]] = {}
     for cluster in config.clusters:
-        results[cluster.name] = meter_day(
-            read_raw_day(warehouse, cluster.name, day), config, cluster.name, day
-        )
+        spill = warehouse.root / ".tmp" / f"duckdb-{cluster.name}-{day.isoformat()}-{os.getpid()}"
+        try:
+            results[cluster.name] = meter_day(
+                read_raw_day(warehouse, cluster.name, day),
+                config,
+                cluster.name,
+                day,
+                keep_layers=keep,
+                temp_directory=spill,
+            )
+        finally:
+            shutil.rmtree(spill, ignore_errors=True)
     counts: dict[str, int] = {}
     models = {m.name: m for m in load_models()}
     for cluster_name, tables in results.items():

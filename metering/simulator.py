@@ -23,6 +23,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import shutil
 import uuid as uuidlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
@@ -33,6 +35,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from metering.schema import (
     DCGM_ENERGY,
@@ -1417,21 +1420,137 @@ def day_dir(out_dir: Path, table: str, cluster: str, day: date) -> Path:
     return Path(out_dir) / table / f"cluster={cluster}" / f"day={day.isoformat()}"
 
 
-def write_parquet(spec: FactorySpec, out_dir: Path, progress: Callable[[date], None] | None = None) -> None:
-    """The "parquet source": raw_dcgm_samples/, raw_kube_samples/ and k8s/ snapshots, one folder per day."""
+def fleet_spec(gpus: int, cluster: str = "fleet", days: int = 1, **overrides: Any) -> FactorySpec:
+    """A fleet of `gpus` GPUs on 8-GPU nodes (half H100, a quarter each A100 and H200): 20 % MIG, one
+    time-sliced GPU per 64 and one DRA GPU per 32, no scenario events (bench/, docs/deploy.md)."""
+    nodes = max(1, gpus // 8)
+    h100 = max(1, nodes // 2)
+    a100 = (nodes - h100) // 2
+    h200 = nodes - h100 - a100
+    values: dict[str, Any] = {
+        "cluster": cluster,
+        "days": days,
+        "h100_nodes": h100,
+        "a100_nodes": a100,
+        "h200_nodes": h200,
+        "mig_fraction": 0.2,
+        "timesliced_gpus": max(1, gpus // 64),
+        "dra_gpus": max(1, gpus // 32),
+        "outage": False,
+        "cordoned_node": False,
+        "xid_gpu": False,
+        "energy_reset": False,
+    }
+    return FactorySpec(**(values | overrides))
+
+
+@dataclass(frozen=True)
+class DayPart:
+    """The raw samples of a group of nodes for one day: what `write_parquet` stores as one file."""
+
+    dcgm: pa.Table
+    kube: pa.Table
+
+
+def iter_day_parts(spec: FactorySpec, day: date, nodes_per_part: int = 64) -> Iterator[DayPart]:
+    """The day of `simulate_day`, node group by node group, so that a 10,000-GPU day (hundreds of millions
+    of rows) is never whole in memory. With every node in one part, the part is `simulate_day`'s tables."""
+    yield from _iter_parts(_build_ctx(spec, day), nodes_per_part)
+
+
+def _iter_parts(ctx: _Ctx, nodes_per_part: int) -> Iterator[DayPart]:
+    spec, day, layout = ctx.spec, ctx.day, ctx.layout
+    lanes = _lane_index(layout)
+    base = _energy_base(spec, day)
+    ri = _reset_index(ctx)
+    incs: dict[int, np.ndarray] = {}
+    for first in range(0, len(layout.nodes), nodes_per_part):
+        nodes = layout.nodes[first : first + nodes_per_part]
+        names = {node.name for node in nodes}
+        dcgm = _Rows()
+        for gpu in (g for g in layout.gpus if g.node in names):
+            gd = _gpu_day(ctx, gpu, lanes)
+            incs[gpu.gidx] = gd.energy_inc
+            before = np.concatenate(([0], np.cumsum(gd.energy_inc)[:-1]))  # accumulated before each sample
+            energy = base[gpu.gidx] + before
+            if ri is not None and gpu.gidx == layout.reset_gpu:
+                energy[ri:] = before[ri:] - before[ri]
+            _dcgm_rows(ctx, dcgm, gpu, gd, energy)
+        dcgm_columns = {
+            name: pa.array([key[i] for key in dcgm.labels], type=pa.string())
+            for i, name in enumerate(_DCGM_LABEL_COLUMNS)
+        }
+        # The part's nodes and the pods placed on them: kube rows are per node and per pod.
+        part_ctx = replace(
+            ctx, layout=replace(layout, nodes=nodes), pods=[pod for pod in ctx.pods if pod.node in names]
+        )
+        kube = _Rows()
+        _kube_rows(part_ctx, kube)
+        kube_columns = {"labels": pa.array(list(kube.labels), type=pa.string())}
+        yield DayPart(
+            dcgm.table(ctx, RAW_DCGM_SCHEMA, dcgm_columns), kube.table(ctx, RAW_KUBE_SCHEMA, kube_columns)
+        )
+    _remember(spec, day, _summarize(ctx, incs))
+
+
+def write_parquet(
+    spec: FactorySpec,
+    out_dir: Path,
+    progress: Callable[[date], None] | None = None,
+    nodes_per_part: int = 64,
+    lookback_s: int = 0,
+) -> None:
+    """The "parquet source": raw_dcgm_samples/, raw_kube_samples/ and k8s/ snapshots, one folder per day,
+    streamed by node groups (`iter_day_parts`): `data.parquet` when the day is one part, else
+    `part-NNNNN.parquet` files. With `lookback_s` each day's folder also holds the previous day's last
+    `lookback_s` seconds (`lookback-NNNNN.parquet`): the self-contained day of the warehouse raw zone."""
     out_dir = Path(out_dir)
-    for sim in iter_days(spec):
-        atomic_write_parquet(
-            day_dir(out_dir, "raw_dcgm_samples", spec.cluster, sim.day) / "data.parquet", sim.dcgm
-        )
-        atomic_write_parquet(
-            day_dir(out_dir, "raw_kube_samples", spec.cluster, sim.day) / "data.parquet", sim.kube
-        )
-        k8s = day_dir(out_dir, "k8s", spec.cluster, sim.day)
-        atomic_write_text(k8s / "resourceclaims.json", json.dumps(sim.resource_claims, indent=1) + "\n")
-        atomic_write_text(k8s / "resourceslices.json", json.dumps(sim.resource_slices, indent=1) + "\n")
+    tails: dict[str, list[pa.Table]] = {}
+    for day in spec.day_list:
+        staged = {
+            table: _staging_dir(day_dir(out_dir, table, spec.cluster, day))
+            for table in ("raw_dcgm_samples", "raw_kube_samples")
+        }
+        for table, parts in tails.items():
+            for i, part in enumerate(parts):
+                atomic_write_parquet(staged[table] / f"lookback-{i:05d}.parquet", part)
+        tails = {table: [] for table in staged}
+        end_ms = (_epoch(day) + DAY_S) * 1000
+        ctx = _build_ctx(spec, day)
+        single = len(ctx.layout.nodes) <= nodes_per_part
+        for i, part in enumerate(_iter_parts(ctx, nodes_per_part)):
+            for table, rows in (("raw_dcgm_samples", part.dcgm), ("raw_kube_samples", part.kube)):
+                name = "data.parquet" if single and not lookback_s else f"part-{i:05d}.parquet"
+                atomic_write_parquet(staged[table] / name, rows)
+                if lookback_s:
+                    ts = rows.column("ts_ms")
+                    tails[table].append(rows.filter(pc.greater_equal(ts, end_ms - lookback_s * 1000)))
+        for table, folder in staged.items():
+            _swap_in(folder, day_dir(out_dir, table, spec.cluster, day))
+        k8s = day_dir(out_dir, "k8s", spec.cluster, day)
+        atomic_write_text(k8s / "resourceclaims.json", json.dumps(_resource_claims(ctx), indent=1) + "\n")
+        atomic_write_text(k8s / "resourceslices.json", json.dumps(resource_slices(spec), indent=1) + "\n")
         if progress:
-            progress(sim.day)
+            progress(day)
+
+
+def _staging_dir(final: Path) -> Path:
+    staging = final.with_name(f".{final.name}.staging")
+    if staging.exists():
+        shutil.rmtree(staging)
+    staging.mkdir(parents=True)
+    return staging
+
+
+def _swap_in(staging: Path, final: Path) -> None:
+    """Replace a day folder by its fully written successor: readers see the old day or the new one."""
+    old = final.with_name(f".{final.name}.old")
+    if old.exists():
+        shutil.rmtree(old)
+    if final.exists():
+        os.replace(final, old)
+    os.replace(staging, final)
+    shutil.rmtree(old, ignore_errors=True)
 
 
 def write_openmetrics(spec: FactorySpec, out_path: Path) -> None:
@@ -1475,6 +1594,7 @@ def describe(spec: FactorySpec) -> str:
 
 
 __all__ = [
+    "DayPart",
     "FactorySpec",
     "SimulatedDay",
     "clear_caches",
@@ -1482,6 +1602,8 @@ __all__ = [
     "demo_spec",
     "describe",
     "factory_layout",
+    "fleet_spec",
+    "iter_day_parts",
     "simulate_day",
     "write_openmetrics",
     "write_parquet",

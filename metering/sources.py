@@ -54,8 +54,9 @@ class ParquetRawSource:
     def __init__(self, root: str | Path):
         self.root = Path(root)
 
-    def _day_file(self, table: str, cluster: str, day: date) -> Path:
-        return self.root / table / f"cluster={cluster}" / f"day={day.isoformat()}" / "data.parquet"
+    def _day_files(self, table: str, cluster: str, day: date) -> list[Path]:
+        # A fleet's day is written in parts (simulator.write_parquet): every Parquet file of the folder.
+        return sorted((self.root / table / f"cluster={cluster}" / f"day={day.isoformat()}").glob("*.parquet"))
 
     def fetch_day(self, cluster: str, day: date, lookback_ms: int) -> RawDay:
         if not self.root.exists():
@@ -68,9 +69,10 @@ class ParquetRawSource:
         for table in ("raw_dcgm_samples", "raw_kube_samples"):
             parts = []
             for d in (day - timedelta(days=1), day):
-                part = _read_window(self._day_file(table, cluster, d), table, window_start, end_ms)
-                if part is not None and part.num_rows:
-                    parts.append(part)
+                for path in self._day_files(table, cluster, d):
+                    part = _read_window(path, table, window_start, end_ms)
+                    if part is not None and part.num_rows:
+                        parts.append(part)
             tables[table] = pa.concat_tables(parts) if parts else RAW_TABLES[table].empty_table()
         allocations, devices = self._k8s_objects(cluster, day)
         return RawDay(tables["raw_dcgm_samples"], tables["raw_kube_samples"], allocations, devices)

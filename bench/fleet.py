@@ -1,0 +1,565 @@
+"""Fleet-scale benchmark: gpumeter against the single-pass limit, plain pandas and PromQL, in one run.
+
+    .venv/bin/python -m bench.fleet run --gpus 10000 --work /var/tmp/gpumeter-bench --out bench/results
+
+Every measured step runs in its own child process, so that its peak RSS (`ru_maxrss` from wait4, what
+`/usr/bin/time -v` prints as "Maximum resident set size") is its own; the wall time is measured by the
+child around the work only (interpreter start-up excluded). Steps (bench/README.md):
+
+  generate      simulator → raw zone of a warehouse, streamed by node groups (not a target)
+  meter         (a) gpumeter: one (cluster, day) from raw Parquet to marts (metering.runner)
+  single_pass   (b) one DuckDB GROUP BY over the same raw Parquet: held seconds per pod
+  pandas        (c) bench/pandas_meter.py over the same raw Parquet
+  promql        (d) sum by namespace of count_over_time × price, against a real Prometheus
+  prom_pull     (e) gpumeter's Prometheus pull of that day (metering.prometheus)
+  bare_http     the same HTTP requests as (e), replayed with urllib: bodies fetched, nothing parsed
+  rollup        the monthly invoice roll-up (metering.runner.roll_up_month)
+
+The machine is shared and noisy: ratios of steps measured side by side are the figures to read.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import threading
+import time
+import urllib.parse
+import urllib.request
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, date, datetime, timedelta
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+DEMO_CONFIG = REPO / "examples" / "demo-config.yaml"
+CLUSTER = "fleet"
+
+
+@dataclass
+class Measure:
+    step: str
+    fleet_gpus: int
+    wall_s: float
+    samples: int
+    peak_rss_mib: float = 0.0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def samples_per_s(self) -> float:
+        return self.samples / self.wall_s if self.wall_s else 0.0
+
+
+# --- workspace -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Workspace:
+    """One fleet's files: its warehouse (raw zone written by the simulator) and its config."""
+
+    root: Path
+    gpus: int
+    days: int
+
+    @property
+    def warehouse(self) -> Path:
+        return self.root / "warehouse"
+
+    @property
+    def config_path(self) -> Path:
+        return self.root / "config.yaml"
+
+    @property
+    def start(self) -> date:
+        from metering.simulator import fleet_spec
+
+        return fleet_spec(self.gpus).start
+
+    @property
+    def day_list(self) -> list[date]:
+        return [self.start + timedelta(days=i) for i in range(self.days)]
+
+    def raw_files(self, table: str, day: date) -> list[Path]:
+        folder = self.warehouse / "raw" / table / f"cluster={CLUSTER}" / f"day={day.isoformat()}"
+        return sorted(folder.glob("*.parquet"))
+
+
+def write_config(ws: Workspace) -> Path:
+    """The demo config with the fleet's cluster and warehouse, storing marts only (docs/deploy.md)."""
+    text = DEMO_CONFIG.read_text(encoding="utf-8")
+    text = text.replace("  - name: demo\n", f"  - name: {CLUSTER}\n")
+    text = text.replace("../.gpumeter/demo/source", str(ws.root / "source"))
+    text = text.replace("../.gpumeter/demo/warehouse", str(ws.warehouse))
+    text += "  persist_models: marts\n"
+    ws.root.mkdir(parents=True, exist_ok=True)
+    ws.config_path.write_text(text, encoding="utf-8")
+    return ws.config_path
+
+
+def _rows(files: list[Path]) -> int:
+    import pyarrow.parquet as pq
+
+    return sum(pq.ParquetFile(f).metadata.num_rows for f in files)
+
+
+def _day_samples(ws: Workspace, day: date) -> int:
+    return _rows(ws.raw_files("raw_dcgm_samples", day)) + _rows(ws.raw_files("raw_kube_samples", day))
+
+
+# --- steps (run in a child process each) --------------------------------------------------------
+
+
+def step_generate(ws: Workspace) -> Measure:
+    from metering.accounting import lookback_ms
+    from metering.config import load_config
+    from metering.simulator import fleet_spec, write_parquet
+
+    config = load_config(write_config(ws))
+    started = time.perf_counter()
+    write_parquet(
+        fleet_spec(ws.gpus, CLUSTER, ws.days), ws.warehouse / "raw", lookback_s=lookback_ms(config) // 1000
+    )
+    wall = time.perf_counter() - started
+    return Measure("generate", ws.gpus, wall, sum(_day_samples(ws, d) for d in ws.day_list))
+
+
+def step_meter(ws: Workspace, day: date) -> Measure:
+    from metering.config import load_config
+    from metering.runner import meter_partition_day
+    from metering.warehouse import Warehouse
+
+    config = load_config(ws.config_path)
+    started = time.perf_counter()
+    counts, _ = meter_partition_day(config, Warehouse.at(config.warehouse.path), day)
+    wall = time.perf_counter() - started
+    return Measure(
+        "meter",
+        ws.gpus,
+        wall,
+        _day_samples(ws, day),
+        extra={"day": day.isoformat(), "device_seconds_rows": counts.get("mart_device_seconds", 0)},
+    )
+
+
+def _duckdb_files(files: list[Path]) -> str:
+    return "[" + ", ".join("'" + str(f).replace("'", "''") + "'" for f in files) + "]"
+
+
+def step_single_pass(ws: Workspace, day: date) -> Measure:
+    import duckdb
+
+    from metering.accounting import day_bounds_ms
+    from metering.config import load_config
+    from metering.schema import DCGM_GR_ENGINE_ACTIVE
+
+    config = load_config(ws.config_path)
+    start_ms, end_ms = day_bounds_ms(day)
+    files = ws.raw_files("raw_dcgm_samples", day)
+    con = duckdb.connect()
+    con.execute("set threads to 2")
+    con.execute("set memory_limit = ?", [config.warehouse.memory_limit])
+    started = time.perf_counter()
+    rows = con.execute(
+        f"select namespace, pod, count(*) * ? as held_seconds from read_parquet({_duckdb_files(files)}) "
+        "where metric = ? and pod is not null and ts_ms >= ? and ts_ms < ? group by all",
+        [config.scrape_interval_seconds, DCGM_GR_ENGINE_ACTIVE, start_ms, end_ms],
+    ).fetchall()
+    wall = time.perf_counter() - started
+    return Measure("single_pass", ws.gpus, wall, _rows(files), extra={"pods": len(rows)})
+
+
+def _prices(config_path: Path) -> dict[str, float]:
+    """modelName -> price per GPU-hour, from the rate card the config resolves (R8)."""
+    from metering.catalog import resolve_device_class
+    from metering.config import load_config
+    from metering.simulator import MODELS
+
+    config = load_config(config_path)
+    return {
+        m.model_name: float(resolve_device_class(config, m.model_name, None, "bench").gpu_price_per_hour)
+        for m in MODELS.values()
+    }
+
+
+def step_pandas(ws: Workspace, day: date) -> Measure:
+    from bench.pandas_meter import cost_by_namespace
+    from metering.accounting import day_bounds_ms
+    from metering.config import load_config
+
+    config = load_config(ws.config_path)
+    prices = _prices(ws.config_path)
+    start_ms, end_ms = day_bounds_ms(day)
+    files = ws.raw_files("raw_dcgm_samples", day)
+    started = time.perf_counter()
+    result = cost_by_namespace(files, start_ms, end_ms, float(config.scrape_interval_seconds), prices)
+    wall = time.perf_counter() - started
+    return Measure(
+        "pandas", ws.gpus, wall, _rows(files), extra={"gpu_seconds": float(result.gpu_seconds.sum())}
+    )
+
+
+def step_rollup(ws: Workspace) -> Measure:
+    from metering.config import load_config
+    from metering.runner import roll_up_month
+    from metering.warehouse import Warehouse
+
+    config = load_config(ws.config_path)
+    started = time.perf_counter()
+    summary = roll_up_month(config, Warehouse.at(config.warehouse.path), ws.start.isoformat())
+    wall = time.perf_counter() - started
+    return Measure(
+        "rollup",
+        ws.gpus,
+        wall,
+        summary.line_count,
+        extra={"days": summary.day_count, "ok": summary.reconciliation.ok},
+    )
+
+
+# --- Prometheus (d), (e) ------------------------------------------------------------------------
+
+
+def prometheus_tsdb(ws: Workspace) -> Path:
+    """The fleet's days as OpenMetrics, backfilled with promtool (not measured: ~1 min per 36 GPU-days)."""
+    from metering.promserver import backfill
+    from metering.simulator import fleet_spec, write_openmetrics
+
+    tsdb = ws.root / "prometheus-tsdb"
+    if not (ws.root / "prometheus-tsdb.done").exists():
+        openmetrics = ws.root / "fleet.om"
+        write_openmetrics(fleet_spec(ws.gpus, CLUSTER, ws.days), openmetrics)
+        backfill(openmetrics, tsdb, timeout=3600)
+        openmetrics.unlink()
+        (ws.root / "prometheus-tsdb.done").write_text("ok\n", encoding="utf-8")
+    return tsdb
+
+
+def _get(url: str) -> bytes:
+    with urllib.request.urlopen(url, timeout=600) as response:
+        return response.read()
+
+
+def step_promql(ws: Workspace, url: str, day: date) -> Measure:
+    """(d): GPU-hours × price per namespace with PromQL only: count_over_time per series, summed."""
+    from metering.accounting import day_bounds_ms
+    from metering.schema import DCGM_GR_ENGINE_ACTIVE
+
+    prices = _prices(ws.config_path)
+    _, end_ms = day_bounds_ms(day)
+    # A MIG instance is counted as a whole GPU here: PromQL has no weight table (a gap of this approach).
+    query = f'sum by (namespace, modelName) (count_over_time({DCGM_GR_ENGINE_ACTIVE}{{pod!=""}}[1d]))'
+    started = time.perf_counter()
+    body = json.loads(
+        _get(f"{url}/api/v1/query?" + urllib.parse.urlencode({"query": query, "time": end_ms / 1000}))
+    )
+    cost: dict[str, float] = {}
+    for item in body["data"]["result"]:
+        labels, samples = item["metric"], float(item["value"][1])
+        cost[labels.get("namespace", "")] = cost.get(
+            labels.get("namespace", ""), 0.0
+        ) + samples * 30 / 3600 * prices.get(labels.get("modelName", ""), 0.0)
+    wall = time.perf_counter() - started
+    return Measure("promql", ws.gpus, wall, 0, extra={"namespaces": len(cost), "cost": sum(cost.values())})
+
+
+@contextmanager
+def recording_proxy(upstream: str, log: list[str]) -> Iterator[str]:
+    """A pass-through HTTP proxy on 127.0.0.1 recording every request path (to replay them bare)."""
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - quiet
+            return None
+
+        def _forward(self, body: bytes | None) -> None:
+            request = urllib.request.Request(upstream + self.path, data=body, method=self.command)
+            for name in ("Content-Type", "Accept", "Authorization"):
+                if self.headers.get(name):
+                    request.add_header(name, self.headers[name])
+            log.append(
+                json.dumps({"method": self.command, "path": self.path, "body": (body or b"").decode()})
+            )
+            try:
+                with urllib.request.urlopen(request, timeout=600) as response:
+                    status, payload, kind = response.status, response.read(), response.headers["Content-Type"]
+            except urllib.error.HTTPError as exc:
+                status, payload, kind = exc.code, exc.read(), exc.headers["Content-Type"]
+            self.send_response(status)
+            self.send_header("Content-Type", kind or "application/json")
+            self.send_header("Content-Length", str(len(payload)))
+            self.end_headers()
+            self.wfile.write(payload)
+
+        def do_GET(self) -> None:  # noqa: N802 - http.server's name
+            self._forward(None)
+
+        def do_POST(self) -> None:  # noqa: N802 - http.server's name
+            self._forward(self.rfile.read(int(self.headers.get("Content-Length", "0"))))
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server.daemon_threads = True
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def _prometheus_source(url: str) -> Any:
+    from metering.config import PrometheusSource
+    from metering.prometheus import PrometheusRawSource
+
+    return PrometheusRawSource(PrometheusSource(kind="prometheus", url=url), cluster=CLUSTER)
+
+
+def step_prom_pull(ws: Workspace, url: str, day: date) -> Measure:
+    from metering.accounting import lookback_ms
+    from metering.config import load_config
+
+    config = load_config(ws.config_path)
+    source = _prometheus_source(url)
+    started = time.perf_counter()
+    raw = source.fetch_day(CLUSTER, day, lookback_ms(config))
+    wall = time.perf_counter() - started
+    return Measure(
+        "prom_pull",
+        ws.gpus,
+        wall,
+        raw.dcgm.num_rows + raw.kube.num_rows,
+        extra={"queries": source.queries, "bytes": source.bytes_received},
+    )
+
+
+def record_prom_requests(ws: Workspace, url: str, day: date) -> Path:
+    """The HTTP requests of gpumeter's pull of `day`, recorded once through the proxy (not timed)."""
+    from metering.accounting import lookback_ms
+    from metering.config import load_config
+
+    log: list[str] = []
+    with recording_proxy(url, log) as proxy_url:
+        _prometheus_source(proxy_url).fetch_day(CLUSTER, day, lookback_ms(load_config(ws.config_path)))
+    path = ws.root / "prom-requests.jsonl"
+    path.write_text("\n".join(log) + "\n", encoding="utf-8")
+    return path
+
+
+def step_bare_http(ws: Workspace, url: str, requests_file: Path, concurrency: int) -> Measure:
+    requests = [json.loads(line) for line in requests_file.read_text(encoding="utf-8").splitlines() if line]
+
+    def fetch(item: dict[str, Any]) -> int:
+        data = item["body"].encode() if item["method"] == "POST" else None
+        request = urllib.request.Request(url + item["path"], data=data, method=item["method"])
+        if data is not None:
+            request.add_header("Content-Type", "application/x-www-form-urlencoded")
+        with urllib.request.urlopen(request, timeout=600) as response:
+            return len(response.read())
+
+    started = time.perf_counter()
+    with ThreadPoolExecutor(concurrency) as pool:
+        received = sum(pool.map(fetch, requests))
+    wall = time.perf_counter() - started
+    return Measure("bare_http", ws.gpus, wall, 0, extra={"requests": len(requests), "bytes": received})
+
+
+# --- the driver ---------------------------------------------------------------------------------
+
+
+def run_child(step: str, ws: Workspace, *extra: str) -> Measure:
+    """Run one step in a child process; its own peak RSS comes from wait4 (Linux: KiB)."""
+    result_file = ws.root / f".{step}.json"
+    cmd = [sys.executable, "-m", "bench.fleet", "step", step, "--work", str(ws.root), "--gpus", str(ws.gpus),
+           "--days", str(ws.days), "--result", str(result_file), *extra]  # fmt: skip
+    process = subprocess.Popen(cmd, cwd=REPO)
+    _, status, usage = os.wait4(process.pid, 0)
+    process.returncode = os.waitstatus_to_exitcode(status)
+    if process.returncode:
+        raise SystemExit(f"bench step {step} failed (exit {process.returncode}): {' '.join(cmd)}")
+    measure = Measure(**json.loads(result_file.read_text(encoding="utf-8")))
+    measure.peak_rss_mib = usage.ru_maxrss / 1024
+    return measure
+
+
+def machine() -> dict[str, Any]:
+    import dagster
+    import duckdb
+    import pandas
+    import pyarrow
+
+    cpu = next(
+        (
+            line.split(":", 1)[1].strip()
+            for line in Path("/proc/cpuinfo").read_text().splitlines()
+            if line.startswith("model name")
+        ),
+        platform.processor(),
+    )
+    mem_kib = int(
+        next(
+            line.split()[1]
+            for line in Path("/proc/meminfo").read_text().splitlines()
+            if line.startswith("MemTotal")
+        )
+    )
+    prometheus = ""
+    try:
+        prometheus = subprocess.run(
+            ["prometheus", "--version"], capture_output=True, text=True, check=False
+        ).stdout.splitlines()[0]
+    except (OSError, IndexError):
+        prometheus = "not installed"
+    return {
+        "date": datetime.now(UTC).isoformat(timespec="seconds"),
+        "nproc": os.cpu_count(),
+        "cpu": cpu,
+        "mem_gib": round(mem_kib / 1024**2, 1),
+        "kernel": platform.release(),
+        "python": platform.python_version(),
+        "duckdb": duckdb.__version__,
+        "pyarrow": pyarrow.__version__,
+        "pandas": pandas.__version__,
+        "dagster": dagster.__version__,
+        "prometheus": prometheus,
+    }
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    work = Path(args.work)
+    report: dict[str, Any] = {"machine": machine(), "args": vars(args) | {"func": None}, "measures": []}
+    say: Callable[[str], None] = lambda text: print(f"[bench] {text}", flush=True)  # noqa: E731
+    measures: list[Measure] = report["measures"]
+
+    def measure(step: str, ws: Workspace, *extra: str) -> Measure:
+        say(f"{step} {ws.gpus} GPUs {' '.join(extra)}")
+        m = run_child(step, ws, *extra)
+        say(f"  {m.wall_s:.2f} s, {m.peak_rss_mib:.0f} MiB, {m.samples:,} samples")
+        measures.append(m)
+        return m
+
+    # The fleet's day: (a) and (b) side by side, (c) where it fits (pandas holds the whole day in memory).
+    fleet = Workspace(work / f"fleet-{args.gpus}", args.gpus, 1)
+    measure("generate", fleet)
+    for _ in range(args.repeat):
+        measure("single_pass", fleet, "--day", fleet.start.isoformat())
+        measure("meter", fleet, "--day", fleet.start.isoformat())
+    if args.pandas_gpus:
+        small = (
+            fleet
+            if args.pandas_gpus == args.gpus
+            else Workspace(work / f"fleet-{args.pandas_gpus}", args.pandas_gpus, 1)
+        )
+        if small is not fleet:
+            measure("generate", small)
+        for _ in range(args.repeat):
+            measure("single_pass", small, "--day", small.start.isoformat())
+            measure("meter", small, "--day", small.start.isoformat())
+            measure("pandas", small, "--day", small.start.isoformat())
+    # A month: every day metered on its own (partitions are independent), then the invoice roll-up.
+    if args.month_gpus:
+        month = Workspace(work / f"month-{args.month_gpus}", args.month_gpus, args.month_days)
+        measure("generate", month)
+        for day in month.day_list:
+            measure("meter", month, "--day", day.isoformat())
+        measure("rollup", month)
+    if args.prom_gpus:
+        from metering.promserver import PrometheusServer, binaries_available
+
+        if not binaries_available():
+            say("prometheus/promtool not installed: (d), (e) skipped")
+        else:
+            prom = Workspace(work / f"prom-{args.prom_gpus}", args.prom_gpus, 1)
+            write_config(prom)
+            say(f"backfilling {args.prom_gpus} GPUs x 1 day into Prometheus (not measured)")
+            started = time.perf_counter()
+            tsdb = prometheus_tsdb(prom)
+            report["prometheus_backfill_s"] = round(time.perf_counter() - started, 1)
+            with PrometheusServer(tsdb) as server:
+                day = prom.start.isoformat()
+                requests_file = record_prom_requests(prom, server.url, prom.start)
+                for _ in range(args.repeat):
+                    measure("promql", prom, "--day", day, "--url", server.url)
+                    measure("prom_pull", prom, "--day", day, "--url", server.url)
+                    measure("bare_http", prom, "--url", server.url, "--requests", str(requests_file))
+                report["prometheus_peak_rss_mib"] = _vm_hwm_mib(server.process.pid if server.process else 0)
+    return report
+
+
+def _vm_hwm_mib(pid: int) -> float:
+    status = Path(f"/proc/{pid}/status")
+    if not pid or not status.exists():
+        return 0.0
+    line = next((x for x in status.read_text().splitlines() if x.startswith("VmHWM")), "VmHWM: 0 kB")
+    return int(line.split()[1]) / 1024
+
+
+def child(args: argparse.Namespace) -> None:
+    ws = Workspace(Path(args.work), args.gpus, args.days)
+    day = date.fromisoformat(args.day) if args.day else ws.start
+    steps: dict[str, Callable[[], Measure]] = {
+        "generate": lambda: step_generate(ws),
+        "meter": lambda: step_meter(ws, day),
+        "single_pass": lambda: step_single_pass(ws, day),
+        "pandas": lambda: step_pandas(ws, day),
+        "rollup": lambda: step_rollup(ws),
+        "promql": lambda: step_promql(ws, args.url, day),
+        "prom_pull": lambda: step_prom_pull(ws, args.url, day),
+        "bare_http": lambda: step_bare_http(ws, args.url, Path(args.requests), 4),
+    }
+    measure = steps[args.step]()
+    Path(args.result).write_text(json.dumps(asdict(measure)), encoding="utf-8")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.fleet", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(required=True)
+    r = sub.add_parser("run", help="the whole benchmark; writes <out>/<stamp>.json")
+    r.add_argument("--work", required=True, help="scratch directory (needs ~15 GB for 10,000 GPUs x 1 day)")
+    r.add_argument("--out", default=str(REPO / "bench" / "results"))
+    r.add_argument("--gpus", type=int, default=10_000)
+    r.add_argument("--pandas-gpus", type=int, default=1_000, help="fleet for (c); 0 skips it")
+    r.add_argument(
+        "--month-gpus", type=int, default=1_000, help="fleet metered day by day for a month; 0 skips"
+    )
+    r.add_argument("--month-days", type=int, default=30)
+    r.add_argument("--prom-gpus", type=int, default=200, help="fleet backfilled into Prometheus; 0 skips")
+    r.add_argument("--repeat", type=int, default=1)
+    r.set_defaults(func=lambda a: _write_report(run(a), Path(a.out)))
+    s = sub.add_parser("step", help="one measured step (run by `run` in a child process)")
+    s.add_argument("step")
+    s.add_argument("--work", required=True)
+    s.add_argument("--gpus", type=int, required=True)
+    s.add_argument("--days", type=int, default=1)
+    s.add_argument("--day")
+    s.add_argument("--url")
+    s.add_argument("--requests")
+    s.add_argument("--result", required=True)
+    s.set_defaults(func=child)
+    args = parser.parse_args(argv)
+    args.func(args)
+    return 0
+
+
+def _write_report(report: dict[str, Any], out: Path) -> None:
+    from bench.report import markdown
+
+    out.mkdir(parents=True, exist_ok=True)
+    stamp = report["machine"]["date"].replace(":", "").replace("-", "")
+    report["measures"] = [asdict(m) | {"samples_per_s": m.samples_per_s} for m in report["measures"]]
+    (out / f"{stamp}.json").write_text(json.dumps(report, indent=1, default=str) + "\n", encoding="utf-8")
+    text = markdown(report)
+    (out / f"{stamp}.md").write_text(text, encoding="utf-8")
+    print(text)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,96 @@
+"""bench/fleet.py's report as Markdown: every measure, then the ratios and targets of the issue."""
+
+from __future__ import annotations
+
+from typing import Any
+
+LABELS = {
+    "generate": "simulator → raw Parquet (not a target)",
+    "meter": "(a) gpumeter: raw Parquet → marts",
+    "single_pass": "(b) single-pass limit: one DuckDB GROUP BY",
+    "pandas": "(c) plain pandas, core rules",
+    "promql": "(d) PromQL only: count_over_time × price",
+    "prom_pull": "(e) gpumeter Prometheus pull of the day",
+    "bare_http": "bare HTTP fetch of (e)'s requests",
+    "rollup": "monthly invoice roll-up",
+}
+
+
+def _best(measures: list[dict[str, Any]], step: str, gpus: int) -> dict[str, Any] | None:
+    """The fastest repeat of a step on a fleet (the machine is shared: the least disturbed run)."""
+    found = [m for m in measures if m["step"] == step and m["fleet_gpus"] == gpus]
+    return min(found, key=lambda m: m["wall_s"]) if found else None
+
+
+def ratios(report: dict[str, Any]) -> list[tuple[str, str, str]]:
+    """(figure, value, target) rows: a/b, c/a, e/bare, month linearity and memory, roll-up."""
+    measures, args = report["measures"], report["args"]
+    rows: list[tuple[str, str, str]] = []
+    gpus = args["gpus"]
+    a, b = _best(measures, "meter", gpus), _best(measures, "single_pass", gpus)
+    if a and b:
+        rows.append((f"a/b at {gpus:,} GPUs (wall)", f"{a['wall_s'] / b['wall_s']:.2f}", "≤ 4"))
+        rows.append((f"(a) peak RSS at {gpus:,} GPUs", f"{a['peak_rss_mib'] / 1024:.2f} GiB", "≤ 4 GiB"))
+    small = args.get("pandas_gpus") or 0
+    c, a_small = _best(measures, "pandas", small), _best(measures, "meter", small)
+    if c and a_small:
+        rows.append((f"c/a at {small:,} GPUs (wall)", f"{c['wall_s'] / a_small['wall_s']:.2f}", "—"))
+        rows.append(
+            (f"c/a at {small:,} GPUs (peak RSS)", f"{c['peak_rss_mib'] / a_small['peak_rss_mib']:.2f}", "—")
+        )
+    prom = args.get("prom_gpus") or 0
+    e, bare = _best(measures, "prom_pull", prom), _best(measures, "bare_http", prom)
+    if e and bare:
+        rows.append((f"e/bare HTTP at {prom:,} GPUs (wall)", f"{e['wall_s'] / bare['wall_s']:.2f}", "—"))
+    month_gpus = args.get("month_gpus") or 0
+    month = [m for m in measures if m["step"] == "meter" and m["fleet_gpus"] == month_gpus]
+    month = [m for m in month if "day" in m["extra"]]
+    days = sorted({m["extra"]["day"] for m in month})
+    if len(days) > 1:
+        per_day = {m["extra"]["day"]: m for m in month}
+        first = per_day[days[0]]
+        total = sum(per_day[d]["wall_s"] for d in days)
+        rows.append(
+            (f"{len(days)} days / one day at {month_gpus:,} GPUs (wall)", f"{total / first['wall_s']:.1f}×",
+             f"≤ {len(days)}×")
+        )  # fmt: skip
+        peaks = [per_day[d]["peak_rss_mib"] for d in days]
+        rows.append(
+            (f"peak RSS over {len(days)} days, max/first day", f"{max(peaks) / peaks[0]:.2f}", "flat (≈ 1)")
+        )
+    rollup = _best(measures, "rollup", month_gpus)
+    if rollup:
+        rows.append(
+            (f"monthly roll-up, {rollup['extra'].get('days')} days of {month_gpus:,} GPUs",
+             f"{rollup['wall_s']:.2f} s", "≤ 5 s")
+        )  # fmt: skip
+    return rows
+
+
+def markdown(report: dict[str, Any]) -> str:
+    m = report["machine"]
+    lines = [
+        f"Run {m['date']} on {m['nproc']} CPUs ({m['cpu']}), {m['mem_gib']} GiB RAM, Linux {m['kernel']}; "
+        f"Python {m['python']}, DuckDB {m['duckdb']}, pyarrow {m['pyarrow']}, pandas {m['pandas']}, "
+        f"Dagster {m['dagster']}, {m['prometheus']}.",
+        "",
+        "| step | GPUs | wall s | samples | samples/s | peak RSS MiB |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for x in report["measures"]:
+        day = x["extra"].get("day", "")
+        name = LABELS.get(x["step"], x["step"]) + (f" {day}" if day and x["step"] == "meter" else "")
+        rate = f"{x['samples'] / x['wall_s']:,.0f}" if x["samples"] and x["wall_s"] else "—"
+        lines.append(
+            f"| {name} | {x['fleet_gpus']:,} | {x['wall_s']:.2f} | {x['samples']:,} | {rate} | "
+            f"{x['peak_rss_mib']:,.0f} |"
+        )
+    lines += ["", "| figure | value | target |", "|---|---:|---|"]
+    lines += [f"| {a} | {b} | {c} |" for a, b, c in ratios(report)]
+    if "prometheus_backfill_s" in report:
+        lines += [
+            "",
+            f"promtool backfill of the Prometheus fleet: {report['prometheus_backfill_s']} s (not measured as a "
+            f"step); Prometheus peak RSS (VmHWM) {report.get('prometheus_peak_rss_mib', 0):,.0f} MiB.",
+        ]
+    return "\n".join(lines) + "\n"
