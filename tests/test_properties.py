@@ -169,3 +169,52 @@ def test_a_day_metered_twice_is_identical_r15(spec: simulator.FactorySpec) -> No
             assert table.sort_by([(c, "ascending") for c in table.column_names]).equals(
                 second[name].sort_by([(c, "ascending") for c in table.column_names])
             ), name
+
+
+@PROPERTY_SETTINGS
+@given(
+    spec=factories(),
+    idle_policy=st.sampled_from(["platform", "proportional"]),
+    tariff=st.sampled_from(["reserved", "used", "hybrid"]),
+    reserved_millionths=st.integers(0, 1_000_000),
+    energy_price=st.none() | st.sampled_from([0.0, 0.13, 0.2875]) | st.floats(0.01, 5.0),
+)
+def test_conservation_under_every_tariff_idle_policy_and_energy_price_r13(
+    spec: simulator.FactorySpec,
+    idle_policy: str,
+    tariff: str,
+    reserved_millionths: int,
+    energy_price: float | None,
+) -> None:
+    """R13 for every tariff × idle policy × energy price (docs/tariffs.md): Σ lines = pool cost exactly; the
+    pool's GPU-time cost does not depend on the tariff; proportional leaves no __idle__ on a model whose
+    holders were charged; energy lines exist only with an energy price."""
+    from metering.config import Hybrid
+
+    base = config_for(spec, idle_policy)
+    hybrid = Hybrid(reserved_fraction=reserved_millionths / 1_000_000) if tariff == "hybrid" else None
+    config = base.model_copy(
+        update={
+            "tariff": tariff,
+            "hybrid": hybrid,
+            "rate_card": base.rate_card.model_copy(update={"energy_price_per_kwh": energy_price}),
+        }
+    )
+    day = spec.start + timedelta(days=1)
+    marts = meter_day(raw_day(spec, day), config, spec.cluster, day)
+    lines = marts["mart_tenant_daily_cost"]
+    assert total(lines, "amount") == total(marts["mart_pool_daily_cost"], "pool_cost")
+    reference = meter_day(raw_day(spec, day), base, spec.cluster, day)
+    assert total(marts["mart_pool_daily_cost"], "capacity_cost") == total(
+        reference["mart_pool_daily_cost"], "pool_cost"
+    )
+    charge_types = set(lines.column("charge_type").to_pylist())
+    assert ("energy" in charge_types) <= (energy_price is not None)
+    if idle_policy == "proportional":
+        charged_models = {
+            r["gpu_model"]
+            for r in lines.to_pylist()
+            if r["charge_type"] in ("reserved", "usage") and r["amount"] > 0
+        }
+        idle_models = {r["gpu_model"] for r in lines.to_pylist() if r["tenant"] == "__idle__"}
+        assert not idle_models & charged_models  # R9: their idle is spread
