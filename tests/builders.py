@@ -306,3 +306,29 @@ class FactoryBuilder:
         labels = {"namespace": namespace, "local_queue": local_queue, "flavor": flavor, "resource": resource}
         self._kube_row(ts_index, "kueue_local_queue_resource_usage", usage, labels)
         return self
+
+    # --- hostile raw rows (tests/test_hostile_telemetry.py) --------------------------------
+
+    def dcgm_row(
+        self, ts_ms: int | None, metric: str | None, value: float | None, **labels: Any
+    ) -> FactoryBuilder:
+        """One raw dcgm-exporter row exactly as given (any timestamp, label or value, null included): for
+        telemetry that no well-behaved exporter writes. Unnamed columns are null; `cluster` defaults to this
+        factory's."""
+        row: dict[str, Any] = dict.fromkeys(RAW_DCGM_SCHEMA.names)
+        row.update({"cluster": self.cluster, "ts_ms": ts_ms, "metric": metric, "value": value})
+        row.update(labels)
+        self._dcgm.append(row)
+        return self
+
+    # --- KAI Scheduler (appended for GPU-group sharing) ------------------------------------
+
+    def pod_annotations(
+        self, namespace: str, pod: str, annotations: dict[str, str], ts_index: int = 0
+    ) -> FactoryBuilder:
+        """kube_pod_annotations with Kubernetes annotation keys (`gpu-fraction`), sanitized here as
+        kube-state-metrics does (`annotation_gpu_fraction`) for allow-listed keys."""
+        series = {"namespace": namespace, "pod": pod, "uid": f"uid-{pod}"}
+        series.update({"annotation_" + _label_key(k).removeprefix("label_"): v for k, v in annotations.items()})
+        self._kube_row(ts_index, "kube_pod_annotations", 1.0, series)
+        return self

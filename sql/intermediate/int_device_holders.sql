@@ -1,10 +1,49 @@
 -- One row per (device sample, holder), with each holder's share of it (R5, R6).
-with labelled_holders as (
+with series_holders as (
     -- Pod labels on a series name its holder (R5); copies of one device for several pods are one
     -- device shared by them (R6).
-    select distinct ts_ms, device_id, namespace, pod, container, 'labels' as holder_source
+    select distinct ts_ms, device_id, namespace, pod, container
     from stg_dcgm_samples
     where in_day and pod is not null and namespace is not null
+),
+kai_groups as (
+    -- KAI Scheduler: fractional pods and the reservation pod that holds their GPU share the label
+    -- `runai-gpu-group`; reservation pods live in namespace kai-resource-reservation.
+    select
+        namespace,
+        pod,
+        labels_json ->> 'label_runai_gpu_group' as gpu_group,
+        namespace = 'kai-resource-reservation' as is_reservation
+    from stg_kube_pod_labels
+    where labels_json ->> 'label_runai_gpu_group' is not null
+),
+kai_candidates as (
+    select h.ts_ms, h.device_id, h.namespace as reservation_namespace, h.pod as reservation_pod, m.namespace, m.pod
+    from series_holders as h
+    join kai_groups as r on r.namespace = h.namespace and r.pod = h.pod and r.is_reservation
+    join kai_groups as m on m.gpu_group = r.gpu_group and not m.is_reservation
+),
+kai_members as (
+    -- R5/R6 KAI: a sample held by a reservation pod is held by the pods of its GPU group that are Running
+    -- then (latest pod sample, at most kube_lookback_seconds old). With none Running, the reservation pod
+    -- itself stays the holder (docs/accounting.md R6).
+    select distinct c.ts_ms, c.device_id, c.reservation_namespace, c.reservation_pod, c.namespace, c.pod
+    from kai_candidates as c
+    asof join stg_kube_pod_phases as p
+        on p.namespace = c.namespace and p.pod = c.pod and c.ts_ms >= p.ts_ms
+    where p.running and c.ts_ms - p.ts_ms <= getvariable('lookback_ms')
+),
+labelled_holders as (
+    select h.ts_ms, h.device_id, h.namespace, h.pod, h.container, 'labels' as holder_source
+    from series_holders as h
+    anti join kai_members as k
+        on k.device_id = h.device_id
+        and k.ts_ms = h.ts_ms
+        and k.reservation_namespace = h.namespace
+        and k.reservation_pod = h.pod
+    union all
+    select distinct ts_ms, device_id, namespace, pod, null::varchar as container, 'kai' as holder_source
+    from kai_members
 ),
 unlabelled_samples as (
     select d.ts_ms, d.device_id

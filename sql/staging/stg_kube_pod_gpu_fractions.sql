@@ -1,5 +1,7 @@
--- The share of a GPU each pod declared (R6, share: requested): HAMi's nvidia.com/gpucores request, in
--- percent of the GPU, summed over the pod's containers, from its latest sample of the day.
+-- The share of a GPU each pod declared (R6, share: requested), from its latest sample of the day:
+-- HAMi's nvidia.com/gpucores request (percent of the GPU, summed over the pod's containers), or KAI
+-- Scheduler's `gpu-fraction` pod annotation (kube_pod_annotations, when kube-state-metrics allow-lists it;
+-- a fraction of 1). KAI's `gpu-memory` annotation declares memory, not a share: not read.
 with container_requests as (
     select
         labels ->> 'namespace' as namespace,
@@ -15,7 +17,30 @@ with container_requests as (
       and ts_ms >= getvariable('window_start_ms')
       and ts_ms < getvariable('day_end_ms')
     group by all
+),
+hami as (
+    select namespace, pod, sum(gpucores_pct) / 100.0 as requested_fraction
+    from container_requests
+    group by all
+),
+kai as (
+    select
+        labels ->> 'namespace' as namespace,
+        labels ->> 'pod' as pod,
+        try_cast(arg_max(labels ->> 'annotation_gpu_fraction', ts_ms) as double) as requested_fraction
+    from raw_kube_samples
+    where cluster = getvariable('cluster')
+      and metric = 'kube_pod_annotations'
+      and labels ->> 'annotation_gpu_fraction' is not null
+      and ts_ms >= getvariable('window_start_ms')
+      and ts_ms < getvariable('day_end_ms')
+    group by all
 )
-select namespace, pod, sum(gpucores_pct) / 100.0 as requested_fraction
-from container_requests
+-- A pod declares through one of the two; should both be present, the larger stands (never summed).
+select namespace, pod, max(requested_fraction) as requested_fraction
+from (
+    select * from hami
+    union all
+    select * from kai where isfinite(requested_fraction) and requested_fraction > 0
+)
 group by all
