@@ -124,12 +124,13 @@ def test_csv_output_contract_and_files(tmp_path) -> None:
         "invoice_lines_2026-11_serving.csv",
     ]
     all_lines = (tmp_path / "invoice_lines_2026-11_all.csv").read_text().splitlines()
-    assert all_lines[0] == ",".join(INVOICE_COLUMNS)
+    # The contract's 13 columns in order, then the two trailing R16 columns (docs/billing.md).
+    assert all_lines[0] == ",".join(INVOICE_COLUMNS) + ",corrects_period,corrects_charge_type"
     assert len(all_lines) == 5
     assert any(line.split(",")[1] == "__idle__" for line in all_lines[1:])
     serving = (tmp_path / "invoice_lines_2026-11_serving.csv").read_text().splitlines()
     assert len(serving) == 2 and serving[1].split(",")[1] == "serving"
-    assert serving[1].split(",")[-2:] == ["2.00", "USD"]
+    assert serving[1].split(",")[-4:] == ["2.00", "USD", "", ""]  # a usage line corrects nothing
 
 
 def test_formula_injection_is_neutralized() -> None:
@@ -161,3 +162,68 @@ def test_period_parsing() -> None:
     assert len(Period.parse("2028-02").days()) == 29
     with pytest.raises(InvoiceError, match="YYYY-MM"):
         Period.parse("2026-13")
+
+
+INJECTING = """
+clusters: [{name: c1, source: {kind: parquet, path: /nonexistent}}]
+pool: "@pool"
+rate_card: {models: [{model: H100-80GB, price_per_gpu_hour: 4.0}]}
+tenants:
+  - {name: ml-training, cost_center: "=HYPERLINK(\\"http://evil\\",\\"x\\")", namespaces: [training]}
+  - {name: serving, cost_center: "<script>alert(1)</script>", namespaces: [inference]}
+"""
+
+
+def _injecting_lines():
+    cfg = parse_config(INJECTING)
+    rows = [
+        (date(2026, 11, 1), "ml-training", "reserved", "H100-80GB", None, "3600", "3600", "4"),
+        (date(2026, 11, 1), "serving", "reserved", "-1+1", "+cmd", "3600", "3600", "4"),
+    ]
+    return cfg, build_invoice_lines(daily(rows), cfg, Period.parse("2026-11"))
+
+
+def test_formula_injection_through_cost_center_and_model_in_every_csv(tmp_path) -> None:
+    import csv
+
+    from metering.periods import Status, write_exports
+
+    cfg, lines = _injecting_lines()
+    period = Period.parse("2026-11")
+    paths = write_exports(lines, cfg, period, tmp_path, Status("2026-11", False, "0" * 64))
+    for path in (p for p in paths if p.suffix == ".csv"):
+        with path.open(newline="") as fh:
+            for row in csv.DictReader(fh):
+                for column, value in row.items():
+                    numeric = column in (
+                        "amount",
+                        "device_hours",
+                        "gpu_hours",
+                        "unit_price",
+                    ) or column.endswith("Cost")
+                    if not numeric:
+                        assert not value.startswith(("=", "+", "-", "@", "\t", "\r")), (
+                            path.name,
+                            column,
+                            value,
+                        )
+    all_csv = (tmp_path / "invoice_lines_2026-11_all.csv").read_text()
+    assert "'=HYPERLINK" in all_csv and ",'-1+1,'+cmd," in all_csv
+
+
+def test_html_invoice_escapes_and_shows_what_finance_reads(tmp_path) -> None:
+    from metering.invoice_document import render_invoice
+    from metering.periods import Status
+
+    cfg, lines = _injecting_lines()
+    period = Period.parse("2026-11")
+    html = render_invoice(
+        lines, cfg, period, "serving", Status("2026-11", True, "ab" * 32, "2026-12-01T09:00:00Z", "cfo")
+    )
+    assert "<script>" not in html and "&lt;script&gt;alert(1)&lt;/script&gt;" in html  # HTML-escaped
+    assert "INV-2026-11-SERVING" in html and "CLOSED" in html and "ab" * 32 in html
+    assert "2026-11-01T00:00:00Z" in html and "2026-12-01T00:00:00Z" in html
+    assert "4.00 USD" in html  # the total: the one 4.00 line (R12)
+    assert "ml-training" not in html  # another tenant's lines never show
+    draft = render_invoice(lines, cfg, period, "ml-training", Status("2026-11", False, "cd" * 32))
+    assert "DRAFT" in draft and "may still change" in draft
