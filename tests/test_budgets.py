@@ -6,7 +6,6 @@ Every expected value is computed by hand in the comment beside it. November 2026
 from __future__ import annotations
 
 from datetime import date
-from decimal import Decimal
 from typing import Any
 
 import pyarrow as pa
@@ -14,54 +13,20 @@ import pyarrow as pa
 from metering.budgets import BudgetStatus, budget_status
 from metering.config import Config
 from metering.invoices import Period
-from tests.test_rules import P1, P2, factory, make_config, meter
+from tests.test_invoices import daily
+from tests.test_rules import P1, P2, D, factory, make_config, meter
 
 NOV = Period(2026, 11)
-MONEY = pa.decimal128(38, 12)
-TENANT_DAILY_COST = pa.schema(
-    [
-        ("cluster", pa.string()),
-        ("day", pa.date32()),
-        ("tenant", pa.string()),
-        ("cost_center", pa.string()),
-        ("charge_type", pa.string()),
-        ("gpu_model", pa.string()),
-        ("mig_profile", pa.string()),
-        ("device_seconds", MONEY),
-        ("gpu_seconds", MONEY),
-        ("busy_gpu_seconds", MONEY),
-        ("energy_joules", MONEY),
-        ("amount", MONEY),
-    ]
-)
 
 
-def D(value: str | int) -> Decimal:
-    return Decimal(value)
+def line(day: date, tenant: str, amount: str, charge_type: str = "reserved") -> tuple[Any, ...]:
+    """A tenant_daily_cost row in the shape of tests/test_invoices.py's `daily`."""
+    return (day, tenant, charge_type, "H100-80GB", None, "0", "0", amount)
 
 
-def line(
-    day: date, tenant: str, amount: str, charge_type: str = "reserved", cluster: str = "c1"
-) -> dict[str, Any]:
-    zero = D(0)
-    return {
-        "cluster": cluster,
-        "day": day,
-        "tenant": tenant,
-        "cost_center": None,
-        "charge_type": charge_type,
-        "gpu_model": "H100-80GB",
-        "mig_profile": None,
-        "device_seconds": zero,
-        "gpu_seconds": zero,
-        "busy_gpu_seconds": zero,
-        "energy_joules": zero,
-        "amount": D(amount),
-    }
-
-
-def table(*lines: dict[str, Any]) -> pa.Table:
-    return pa.Table.from_pylist(list(lines), schema=TENANT_DAILY_COST)
+def table(*lines: tuple[Any, ...]) -> pa.Table:
+    # `daily` needs a row to type its columns: an empty table is a typed row sliced away.
+    return daily(list(lines)) if lines else daily([line(date(2026, 10, 31), "team-a", "0")]).slice(0, 0)
 
 
 def config(budgets: dict[str, float | None]) -> Config:
@@ -88,7 +53,7 @@ SERIES = table(
     line(nov(1), "team-a", "2", "idle_share"),
     line(nov(1), "__idle__", "50", "idle"),
     line(nov(2), "team-a", "15"),
-    line(nov(2), "team-a", "5", cluster="c2"),
+    line(nov(2), "team-a", "5"),  # another cluster's line of the day
     line(nov(2), "__unallocated__", "7"),
     line(nov(3), "team-a", "25", "usage"),
     line(nov(3), "team-a", "5", "energy"),
