@@ -1,0 +1,257 @@
+"""metering/views.py: the dashboard's data layer. Figures equal the marts read independently from the Parquet
+files with polars; a tenant viewer never reaches another tenant's rows through any filter value."""
+
+from __future__ import annotations
+
+import csv
+import io
+from datetime import UTC, date
+from decimal import Decimal
+from pathlib import Path
+
+import polars as pl
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from metering import simulator
+from metering.cli import write_demo_config
+from metering.config import IDLE, UNALLOCATED, Config, ConfigError, load_config, parse_config
+from metering.invoices import Period, invoice_csv
+from metering.views import (
+    AccessDenied,
+    Filters,
+    Viewer,
+    ViewerError,
+    Views,
+    frame_csv,
+    local_viewer,
+    viewer_for_identity,
+)
+from metering.warehouse import MARTS, Warehouse
+from pipelines.launch import invoice_month, meter_days
+
+pytestmark = pytest.mark.slow
+
+DAYS = [date(2026, 11, 1), date(2026, 11, 2)]
+NOVEMBER = Period(2026, 11)
+TENANTS = ["research", "evaluation", "ml-training", "serving"]
+CRAFTED = ["' or 1=1 --", "serving' or '1'='1", "%", "*", "", IDLE, UNALLOCATED, 'x"; drop table t; --']
+
+
+def build_metered(out: Path, days: list[date] = DAYS) -> Path:
+    """A simulated factory metered through the real Dagster jobs (days, then the month's invoice)."""
+    spec = simulator.FactorySpec(**{**simulator.demo_spec().__dict__, "days": len(days)})
+    simulator.write_parquet(spec, out / "source")
+    config_path = write_demo_config(out)
+    meter_days(str(config_path), days)
+    invoice_month(str(config_path), str(Period.of(days[0])))
+    return config_path
+
+
+@pytest.fixture(scope="module")
+def config_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_metered(tmp_path_factory.mktemp("views"))
+
+
+@pytest.fixture(scope="module")
+def config(config_path: Path) -> Config:
+    return load_config(config_path)
+
+
+@pytest.fixture(scope="module")
+def views(config: Config) -> Views:
+    return Views(Warehouse.at(config.warehouse.path), config)
+
+
+def mart(config: Config, table: str) -> pl.DataFrame:
+    """A mart read straight from its Parquet files, independently of DuckDB."""
+    root = Warehouse.at(config.warehouse.path).root / MARTS / table
+    return pl.read_parquet(sorted(root.glob("**/data.parquet")), hive_partitioning=False)
+
+
+# --- who is the viewer -------------------------------------------------------------------------------
+ROLES_YAML = """
+clusters: [{name: c, source: {kind: parquet, path: /x}}]
+tenants: [{name: serving, namespaces: [inference]}, {name: research, namespaces: [research]}]
+dashboard:
+  roles:
+    - {role: finance, emails: ["*@finance.example.com"]}
+    - {role: tenant, tenant: serving, groups: [team-serving], emails: [alice@example.com]}
+    - {role: ops, groups: [platform-ops, team-serving]}
+"""
+
+
+def test_identity_maps_to_the_first_matching_role() -> None:
+    config = parse_config(ROLES_YAML)
+    assert viewer_for_identity(config, "Bob@Finance.Example.com", []) == Viewer(
+        "finance", None, "bob@finance.example.com"
+    )
+    # team-serving is in two rules: the first in file order wins.
+    assert viewer_for_identity(config, "carol@example.com", ["team-serving", "platform-ops"]).role == "tenant"
+    assert viewer_for_identity(config, "alice@example.com", None).tenant == "serving"
+    assert viewer_for_identity(config, "dave@example.com", "platform-ops").role == "ops"  # one string claim
+    assert viewer_for_identity(config, "eve@example.com", ["finance"]) is None  # no rule: sees nothing
+    assert viewer_for_identity(config, None, []) is None
+
+
+@pytest.mark.parametrize(
+    ("role", "message"),
+    [
+        ("{role: tenant, groups: [g]}", "needs `tenant:`"),
+        ("{role: ops, tenant: serving, groups: [g]}", "sees every tenant"),
+        ("{role: finance}", "at least one of"),
+        ("{role: tenant, tenant: nobody, groups: [g]}", "no tenant of that name"),
+        ("{role: admin, groups: [g]}", "finance"),
+    ],
+)
+def test_bad_role_mappings_are_config_errors(role: str, message: str) -> None:
+    text = ROLES_YAML.split("dashboard:")[0] + f"dashboard:\n  roles:\n    - {role}\n"
+    with pytest.raises(ConfigError, match=message):
+        parse_config(text)
+
+
+def test_local_mode_viewer_from_the_environment_setting() -> None:
+    config = parse_config(ROLES_YAML)
+    assert local_viewer(config, "") == Viewer("finance", None, "local mode")
+    assert local_viewer(config, "ops").role == "ops"
+    assert local_viewer(config, "tenant:serving") == Viewer("tenant", "serving", "local mode")
+    with pytest.raises(ViewerError, match="no tenant 'nobody'"):
+        local_viewer(config, "tenant:nobody")
+    with pytest.raises(ViewerError, match="use finance, ops or tenant"):
+        local_viewer(config, "admin")
+
+
+# --- figures equal the marts -------------------------------------------------------------------------
+def test_tenant_charges_equal_the_mart(views: Views, config: Config) -> None:
+    daily = mart(config, "tenant_daily_cost")
+    expected = {
+        r["tenant"]: r["amount"] for r in daily.group_by("tenant").agg(pl.col("amount").sum()).to_dicts()
+    }
+    got = views.tenant_charges(Viewer("finance"), Filters(NOVEMBER))
+    assert dict(zip(got["tenant"], got["amount"], strict=True)) == expected
+    assert got["tenant"].to_list()[-2:] == [UNALLOCATED, IDLE]  # the buckets last
+    pool = mart(config, "pool_daily_cost")["pool_cost"].sum()
+    assert sum(got["amount"].to_list(), Decimal(0)) == pool  # R13: the page total is the pool cost
+
+
+def test_tenant_viewer_sees_its_own_figures_only(views: Views, config: Config) -> None:
+    daily = mart(config, "tenant_daily_cost").filter(pl.col("tenant") == "serving")
+    got = views.tenant_charges(Viewer("tenant", "serving"), Filters(NOVEMBER))
+    assert got["tenant"].to_list() == ["serving"]
+    assert got["amount"][0] == daily["amount"].sum()
+    assert got["gpu_hours"][0] == pytest.approx(float(daily["gpu_seconds"].sum()) / 3600)
+
+
+def test_filters_narrow_by_model_and_the_period_is_half_open(views: Views, config: Config) -> None:
+    daily = mart(config, "tenant_daily_cost").filter(pl.col("gpu_model") == "H200-141GB")
+    got = views.tenant_charges(Viewer("finance"), Filters(NOVEMBER, gpu_models=("H200-141GB",)))
+    assert sum(got["amount"].to_list(), Decimal(0)) == daily["amount"].sum()
+    assert views.tenant_charges(Viewer("finance"), Filters(Period(2026, 10))).is_empty()  # R2
+    assert views.tenant_charges(Viewer("finance"), Filters(Period(2026, 12))).is_empty()
+
+
+def test_stranded_capacity_and_data_quality_equal_the_marts(views: Views, config: Config) -> None:
+    stranded = mart(config, "stranded_capacity")
+    got = views.stranded_capacity(Viewer("ops"), Filters(NOVEMBER))
+    assert got["gpu_hours"].sum() == pytest.approx(float(stranded["gpu_seconds"].sum()) / 3600)
+    quality = mart(config, "data_quality")
+    dq = views.data_quality(Viewer("ops"), Filters(NOVEMBER))
+    assert dq["observed_gpu_hours"].sum() == pytest.approx(quality["observed_gpu_seconds"].sum() / 3600)
+    assert dq["expected_gpu_hours"].sum() == pytest.approx(quality["expected_gpu_seconds"].sum() / 3600)
+    quarantine = [c for c in quality.columns if "quarantin" in c.lower()]
+    assert [c for c in dq.columns if "quarantin" in c.lower()] == quarantine  # whatever exists, by name
+
+
+def test_heatmap_hour_equals_the_samples(views: Views, config: Config) -> None:
+    """One GPU-hour recomputed from the stored per-sample categories: held share and busy share."""
+    heat = views.gpu_hourly_heatmap(Viewer("ops"), Filters(NOVEMBER))
+    root = Warehouse.at(config.warehouse.path).root / "intermediate" / "int_device_categories"
+    samples = pl.read_parquet(sorted(root.glob("**/data.parquet")), hive_partitioning=False)
+    cell = heat.sort(["uuid", "hour"]).row(40, named=True)
+    start_ms = int(cell["hour"].replace(tzinfo=UTC).timestamp() * 1000)  # a naive UTC hour
+    hour = samples.filter(
+        (pl.col("uuid") == cell["uuid"])
+        & (pl.col("ts_ms") >= start_ms)
+        & (pl.col("ts_ms") < start_ms + 3_600_000)
+    )
+    observed = hour["ts_ms"].n_unique() * config.scrape_interval_seconds
+    held = float(hour.filter(pl.col("is_held"))["gpu_seconds"].sum() or 0)
+    busy = float((hour["gpu_seconds"].cast(pl.Float64) * hour["busy"].fill_null(0)).sum())
+    assert cell["allocated"] == pytest.approx(held / observed)
+    assert cell["busy"] == pytest.approx(busy / observed)
+
+
+def test_invoice_lines_are_the_stored_lines_in_scope(views: Views, config: Config) -> None:
+    root = Warehouse.at(config.warehouse.path).root / MARTS / "invoice_lines"
+    stored = pl.read_parquet(root / "period=2026-11" / "data.parquet")
+    every = views.invoice_lines(Viewer("finance"), Filters(NOVEMBER))
+    assert every.num_rows == stored.height
+    mine = views.invoice_lines(Viewer("tenant", "research"), Filters(NOVEMBER))
+    assert set(mine.column("tenant").to_pylist()) == {"research"}
+    assert mine.num_rows == stored.filter(pl.col("tenant") == "research").height
+
+
+# --- authorization at the data layer -----------------------------------------------------------------
+TENANT_VIEWS = ("tenant_charges", "daily_charges", "monthly_charges", "usage_by_model", "idle_holders",
+                "whole_gpu_holders")  # fmt: skip
+POOL_VIEWS = ("gpu_hourly_heatmap", "stranded_capacity", "mig_layout", "data_quality", "coverage_gaps",
+              "unmapped_namespaces")  # fmt: skip
+filter_values = st.lists(st.sampled_from([*TENANTS, *CRAFTED]) | st.text(max_size=12), max_size=3)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    tenant=st.sampled_from(TENANTS),
+    tenants=filter_values,
+    clusters=st.lists(st.sampled_from(["demo", *CRAFTED]), max_size=2),
+    models=st.lists(st.sampled_from(["H100-80GB", "A100-80GB", *CRAFTED]), max_size=2),
+)
+def test_a_tenant_viewer_never_reaches_another_tenants_rows(
+    views: Views, config: Config, tenant: str, tenants: list[str], clusters: list[str], models: list[str]
+) -> None:
+    viewer = Viewer("tenant", tenant)
+    filters = Filters(NOVEMBER, tuple(clusters), tuple(tenants), tuple(models))
+    others = [t for t in [*TENANTS, IDLE, UNALLOCATED] if t != tenant]
+    for name in TENANT_VIEWS:
+        frame = getattr(views, name)(viewer, filters)
+        if not frame.is_empty():
+            assert set(frame["tenant"].to_list()) == {tenant}, name
+        csv_text = frame_csv(frame)
+        assert not any(f",{other}," in csv_text for other in others), name
+    lines = views.invoice_lines(viewer, filters)
+    assert set(lines.column("tenant").to_pylist()) <= {tenant}
+    assert not any(other in invoice_csv(lines, config.minor_unit) for other in (IDLE, UNALLOCATED))
+    budget_rows = views.tenant_daily_cost(viewer, filters)
+    assert set(budget_rows.column("tenant").to_pylist()) <= {tenant}
+    assert views.options(viewer).tenants == [tenant]
+    for name in POOL_VIEWS:
+        with pytest.raises(AccessDenied):
+            getattr(views, name)(viewer, filters)
+
+
+@pytest.mark.parametrize("crafted", CRAFTED)
+def test_crafted_filter_values_match_nothing_rather_than_everything(views: Views, crafted: str) -> None:
+    assert (
+        views.tenant_charges(Viewer("finance"), Filters(NOVEMBER, tenants=(crafted,)))
+        .filter(~pl.col("tenant").is_in([IDLE, UNALLOCATED]))
+        .is_empty()
+    )
+    assert views.stranded_capacity(Viewer("ops"), Filters(NOVEMBER, clusters=(crafted,))).is_empty()
+
+
+def test_csv_cells_are_neutralized_against_formula_injection() -> None:
+    frame = pl.DataFrame(
+        {"pod": ['=HYPERLINK("x")', "+1", "-2", "@cmd", "plain"], "amount": [Decimal("1.5")] * 5}
+    )
+    rows = list(csv.reader(io.StringIO(frame_csv(frame))))
+    assert [row[0] for row in rows] == ["pod", '\'=HYPERLINK("x")', "'+1", "'-2", "'@cmd", "plain"]
+    assert rows[-1][1] == "1.5"  # numbers are not text: left as they are
+
+
+def test_an_empty_warehouse_reads_as_no_rows(tmp_path: Path) -> None:
+    config = parse_config(ROLES_YAML)
+    views = Views(Warehouse.at(tmp_path), config)
+    assert views.options(Viewer("finance")).periods == []
+    assert views.tenant_charges(Viewer("finance"), Filters(NOVEMBER)).is_empty()
+    assert views.invoice_lines(Viewer("finance"), Filters(NOVEMBER)).num_rows == 0
