@@ -76,7 +76,10 @@ def budget_status(
     daily: dict[str, dict[date, Decimal]] = defaultdict(lambda: defaultdict(Decimal))
     seen_cost_centers: dict[str, str | None] = {}
     metered: set[date] = set()
-    for row in tenant_daily_cost.select(["day", "tenant", "cost_center", "amount"]).to_pylist():
+    # An empty table may come without the mart's columns (no day stored yet): it is simply no spend.
+    columns = ["day", "tenant", "cost_center", "amount"]
+    found = tenant_daily_cost.select(columns).to_pylist() if tenant_daily_cost.num_rows else []
+    for row in found:
         day = row["day"]
         if not start <= day < last:
             continue

@@ -9,6 +9,7 @@ from datetime import date
 from typing import Any
 
 import pyarrow as pa
+import pytest
 
 from metering.budgets import BudgetStatus, budget_status
 from metering.config import Config
@@ -125,8 +126,10 @@ def test_a_tenant_only_in_the_data_is_shown_after_the_configured_ones() -> None:
     assert zeta.budget is None and zeta.spent == D(4) and zeta.forecast == D(120)  # 4 × 30
 
 
-def test_an_empty_period_has_nothing_spent() -> None:
-    a = by_tenant(budget_status(table(), config({"team-a": 10}), NOV))["team-a"]
+@pytest.mark.parametrize("empty", [table(), pa.table({"day": pa.array([], pa.date32())})])
+def test_an_empty_period_has_nothing_spent(empty: pa.Table) -> None:
+    # Also a table without the mart's columns: what a reader returns before any day is stored.
+    a = by_tenant(budget_status(empty, config({"team-a": 10}), NOV))["team-a"]
     assert a.spent == D(0) and a.days_elapsed == 0 and a.forecast == D(0) and a.cumulative == []
     assert a.remaining == D(10) and a.burn_ratio == D(0)
 
