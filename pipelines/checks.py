@@ -10,6 +10,7 @@ multi-asset right after it writes the day, so each result belongs to that day's 
 from __future__ import annotations
 
 import csv
+import json
 from decimal import Decimal
 from pathlib import Path
 
@@ -56,6 +57,11 @@ CHECK_SPECS = [
         "unmapped_namespaces",
         asset="mart_device_seconds",
         description="Holders in namespaces no tenant rule matches are charged to __unallocated__ (R7).",
+    ),
+    AssetCheckSpec(
+        "quarantined_samples",
+        asset="mart_data_quality",
+        description="Raw DCGM samples dropped, ignored, clamped or merged as hostile (docs/reliability.md).",
     ),
 ]
 
@@ -153,12 +159,47 @@ def unmapped_namespaces(marts_by_cluster: dict[str, dict[str, pa.Table]]) -> Ass
     )
 
 
+def quarantined_samples(marts_by_cluster: dict[str, dict[str, pa.Table]]) -> AssetCheckResult:
+    """Warns when stg_dcgm_quarantine set raw samples aside: what the day did not bill as it came, counted
+    and shown per node (deduplicated copies are R1, not a warning; they are in the metadata)."""
+    by_node: dict[str, dict[str, object]] = {}
+    quarantined = duplicates = 0
+    at_stake = dropped = Decimal(0)
+    for cluster, marts in marts_by_cluster.items():
+        for row in marts["mart_data_quality"].to_pylist():
+            quarantined += row["quarantined_samples"]
+            duplicates += row["duplicate_samples"]
+            at_stake += Decimal(row["quarantined_gpu_seconds"])
+            dropped += Decimal(row["dropped_gpu_seconds"])
+            if row["quarantined_samples"]:
+                by_node[f"{cluster}/{row['node']}"] = {
+                    "samples": row["quarantined_samples"],
+                    "gpu_seconds_at_stake": format(row["quarantined_gpu_seconds"], "f"),
+                    "dropped_gpu_seconds": format(row["dropped_gpu_seconds"], "f"),
+                    "by_reason": json.loads(row["quarantine_by_reason"]),
+                }
+    return AssetCheckResult(
+        check_name="quarantined_samples",
+        asset_key="mart_data_quality",
+        passed=quarantined == 0,
+        severity=AssetCheckSeverity.WARN,
+        metadata={
+            "quarantined_samples": quarantined,
+            "gpu_seconds_at_stake": format(at_stake, "f"),
+            "dropped_gpu_seconds": format(dropped, "f"),
+            "deduplicated_copies": duplicates,
+            "by_node": MetadataValue.json(by_node),
+        },
+    )
+
+
 def evaluate(marts_by_cluster: dict[str, dict[str, pa.Table]], config: Config) -> list[AssetCheckResult]:
     return [
         conservation(marts_by_cluster),
         no_overbooked_device(marts_by_cluster),
         coverage(marts_by_cluster, config),
         unmapped_namespaces(marts_by_cluster),
+        quarantined_samples(marts_by_cluster),
     ]
 
 

@@ -1,5 +1,7 @@
 -- Grain: day × node. Coverage (observed vs expected GPU-seconds, R4), unobserved GPU-seconds (reported,
--- never billed) and the over-booking figures the asset checks read.
+-- never billed), the over-booking figures the asset checks read, and the raw samples stg_dcgm_quarantine
+-- set aside, with the GPU-seconds at stake (docs/reliability.md). A node may be null: rows without a
+-- Hostname label are reported under a null node rather than lost.
 with observed as (
     select cluster, node, count(*) * getvariable('scrape_s') as observed_gpu_seconds,
            count(distinct uuid) as observed_gpus
@@ -62,13 +64,66 @@ unmapped as (
     where tenant = '__unallocated__'
     group by all
 ),
+quarantine as (
+    -- GPU-seconds at stake weigh the device by its class where the day has it, else 1 (an upper bound: a
+    -- device is at most one GPU).
+    select
+        q.hostname as node,
+        q.reason,
+        q.action,
+        coalesce(q.uuid, q.hostname || '/' || q.gpu, '?') || coalesce('/' || q.gpu_i_id, '') as device_key,
+        q.ts_ms,
+        coalesce(c.weight, 1.0) as weight
+    from stg_dcgm_quarantine as q
+    left join int_device_classes as c
+        on c.model_name = q.model_name and c.mig_profile is not distinct from q.gpu_i_profile
+),
+quarantine_by_reason as (
+    select
+        node,
+        reason,
+        count(*) as raw_samples,
+        -- A deduplicated copy loses nothing: no GPU-seconds at stake.
+        case when reason = 'duplicate_sample' then 0 else count(distinct (device_key, ts_ms)) end
+            as device_samples
+    from quarantine
+    group by node, reason
+),
+quarantine_seconds as (
+    -- Each device sample once, however many of its metrics were hit (R1).
+    select
+        node,
+        sum(cast(getvariable('scrape_s') * weight as decimal(38, 12))) as gpu_seconds,
+        sum(cast(getvariable('scrape_s') * weight as decimal(38, 12))) filter (where dropped) as dropped_gpu_seconds
+    from (
+        select node, device_key, ts_ms, max(weight) as weight, bool_or(action = 'dropped') as dropped
+        from quarantine
+        where reason <> 'duplicate_sample'
+        group by node, device_key, ts_ms
+    )
+    group by node
+),
+quarantine_nodes as (
+    select
+        node,
+        (sum(raw_samples) filter (where reason <> 'duplicate_sample'))::bigint as quarantined_samples,
+        (sum(raw_samples) filter (where reason = 'duplicate_sample'))::bigint as duplicate_samples,
+        '{' || string_agg(
+            '"' || reason || '": {"samples": ' || raw_samples || ', "device_samples": ' || device_samples || '}',
+            ', ' order by reason
+        ) || '}' as quarantine_by_reason
+    from quarantine_by_reason
+    group by node
+),
 nodes as (
-    select cluster, node from observed
+    select node from observed
     union
-    select cluster, node from expected
+    select node from expected
+    union
+    select node from quarantine_nodes
 )
 select
-    n.cluster,
+    getvariable('cluster') as cluster,
     getvariable('day')::date as day,
     n.node,
     coalesce(o.observed_gpus, 0) as observed_gpus,
@@ -81,10 +136,17 @@ select
     coalesce(m.max_mig_weight_sum, 0) as max_mig_weight_sum,
     coalesce(m.overbooked_mig_samples, 0) as overbooked_mig_samples,
     coalesce(u.unmapped_namespaces, 0) as unmapped_namespaces,
-    coalesce(u.unmapped_device_seconds, 0) as unmapped_device_seconds
+    coalesce(u.unmapped_device_seconds, 0) as unmapped_device_seconds,
+    coalesce(qn.quarantined_samples, 0) as quarantined_samples,
+    coalesce(qs.gpu_seconds, 0) as quarantined_gpu_seconds,
+    coalesce(qs.dropped_gpu_seconds, 0) as dropped_gpu_seconds,
+    coalesce(qn.duplicate_samples, 0) as duplicate_samples,
+    coalesce(qn.quarantine_by_reason, '{}') as quarantine_by_reason
 from nodes as n
-left join observed as o on o.node = n.node
-left join expected as e on e.node = n.node
-left join overbooked_holders as h on h.node = n.node
-left join overbooked_mig as m on m.node = n.node
-left join unmapped as u on u.node = n.node
+left join observed as o on o.node is not distinct from n.node
+left join expected as e on e.node is not distinct from n.node
+left join overbooked_holders as h on h.node is not distinct from n.node
+left join overbooked_mig as m on m.node is not distinct from n.node
+left join unmapped as u on u.node is not distinct from n.node
+left join quarantine_nodes as qn on qn.node is not distinct from n.node
+left join quarantine_seconds as qs on qs.node is not distinct from n.node
