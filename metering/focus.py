@@ -19,6 +19,7 @@ from metering.invoices import ADJUSTMENT, Period, iso_utc, neutralize
 
 FOCUS_VERSION = "1.2"
 PRICING_UNIT = "GPU-Hours"
+ENERGY_UNIT = "kWh"  # `energy` lines are priced per kWh (R10, R14)
 CONSUMED_UNIT = "Hours"  # hours of the billed device: a whole GPU or one MIG instance
 SERVICE_CATEGORY = (
     "Compute"  # GPU capacity of a Kubernetes pool; the workloads are ML, the service is compute
@@ -91,6 +92,7 @@ NUMERIC_COLUMNS = frozenset(
 
 _CHARGE_WORDS = {
     "reserved": "reserved GPU time",
+    "usage": "busy GPU time",
     "idle_share": "share of idle pool capacity",
     "idle": "idle pool capacity",
     "energy": "energy",
@@ -123,6 +125,13 @@ def focus_rows(lines: pa.Table, config: Config, period: Period) -> list[dict[str
         what = f"{_CHARGE_WORDS.get(charge, charge)}, {_device(line)}"
         description = f"Correction of {line['corrects_period']}: {what}" if adjustment else what.capitalize()
         gpu_hours = line["gpu_hours"]
+        if charge == "energy":  # priced by the kWh, not by the GPU-hour
+            quantity, unit = line["energy_kwh"] or Decimal(0), ENERGY_UNIT
+            unit_price = (
+                (line["amount_unrounded"] / quantity).quantize(Decimal("1e-9")) if quantity else Decimal(0)
+            )
+        else:
+            quantity, unit, unit_price = gpu_hours, PRICING_UNIT, line["unit_price"]
         efficiency = (
             (line["busy_gpu_hours"] / gpu_hours).quantize(Decimal("1e-6"))
             if charge == "reserved" and gpu_hours and line["busy_gpu_hours"] is not None and not adjustment
@@ -156,15 +165,15 @@ def focus_rows(lines: pa.Table, config: Config, period: Period) -> list[dict[str
                 "ConsumedQuantity": None if adjustment else line["device_hours"],
                 "ConsumedUnit": None if adjustment else CONSUMED_UNIT,
                 "ContractedCost": cost,
-                "ContractedUnitPrice": line["unit_price"],
+                "ContractedUnitPrice": unit_price,
                 "EffectiveCost": cost,
                 "InvoiceId": line["invoice_id"],
                 "InvoiceIssuerName": config.pool,
                 "ListCost": cost,
-                "ListUnitPrice": line["unit_price"],
+                "ListUnitPrice": unit_price,
                 "PricingCategory": "Standard",
-                "PricingQuantity": gpu_hours,
-                "PricingUnit": PRICING_UNIT,
+                "PricingQuantity": quantity,
+                "PricingUnit": unit,
                 "ProviderName": config.pool,
                 "PublisherName": config.pool,
                 "ResourceId": resource,
@@ -175,7 +184,7 @@ def focus_rows(lines: pa.Table, config: Config, period: Period) -> list[dict[str
                 "ServiceSubcategory": SERVICE_SUBCATEGORY,
                 "SkuId": _sku(line),
                 "SkuMeter": charge,
-                "SkuPriceId": f"{_sku(line)}@{line['unit_price']}",
+                "SkuPriceId": f"{_sku(line)}@{unit_price}",
                 "SubAccountId": line["tenant"],
                 "SubAccountName": line["tenant"],
                 "Tags": json.dumps(tags, sort_keys=True, ensure_ascii=False),

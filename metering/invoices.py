@@ -55,12 +55,13 @@ INVOICE_SCHEMA = pa.schema(
         ("amount", pa.decimal128(38, 4)),
         ("currency", pa.string()),
         ("busy_gpu_hours", pa.decimal128(38, 9)),  # R10, for efficiency on exports
+        ("energy_kwh", pa.decimal128(38, 9)),  # R10, the priced quantity of `energy` lines
         ("corrects_period", pa.string()),  # R16: the closed period an adjustment line corrects
         ("corrects_charge_type", pa.string()),  # ... and the charge type it corrects
     ]
 )
 
-_CHARGE_ORDER = {"reserved": 0, "idle_share": 1, "energy": 2, "adjustment": 3, "idle": 4}
+_CHARGE_ORDER = {"reserved": 0, "usage": 1, "idle_share": 2, "energy": 3, "adjustment": 4, "idle": 5}
 _PERIOD = re.compile(r"^\d{4}-(0[1-9]|1[0-2])$")
 
 
@@ -124,6 +125,7 @@ class LineSums:
     device_hours: Decimal = Decimal(0)
     gpu_hours: Decimal = Decimal(0)
     busy_gpu_hours: Decimal = Decimal(0)
+    energy_kwh: Decimal = Decimal(0)
     amount: Decimal = Decimal(0)
 
 
@@ -177,6 +179,7 @@ def make_lines(
                 "amount": round_money(acc.amount, config.minor_unit),  # R12
                 "currency": config.currency,
                 "busy_gpu_hours": acc.busy_gpu_hours.quantize(Decimal("1e-9")),
+                "energy_kwh": acc.energy_kwh.quantize(Decimal("1e-9")),
                 "corrects_period": str(corrects) if corrects else None,
                 "corrects_charge_type": charge if corrects else None,
             }
@@ -190,7 +193,7 @@ def lines_table(rows: list[dict]) -> pa.Table:
 
 def build_invoice_lines(tenant_daily_cost: pa.Table, config: Config, period: Period) -> pa.Table:
     """Roll the period's days up to invoice lines: one per (tenant, charge type, GPU model, MIG profile)."""
-    seconds: dict[LineKey, list[Decimal]] = defaultdict(lambda: [Decimal(0)] * 4)
+    seconds: dict[LineKey, list[Decimal]] = defaultdict(lambda: [Decimal(0)] * 5)
     cost_centers: dict[str, str] = {}
     start, end = period.start, period.end
     for row in tenant_daily_cost.to_pylist():
@@ -201,10 +204,21 @@ def build_invoice_lines(tenant_daily_cost: pa.Table, config: Config, period: Per
         acc[1] += Decimal(row["gpu_seconds"])
         acc[2] += Decimal(row.get("busy_gpu_seconds") or 0)
         acc[3] += Decimal(row["amount"])
+        acc[4] += Decimal(row.get("energy_joules") or 0)
         if row.get("cost_center"):
             cost_centers[row["tenant"]] = row["cost_center"]
     hour = Decimal(3600)  # sums in seconds are exact; hours are derived once per line
-    sums = {key: LineSums(d / hour, g / hour, b / hour, amount) for key, (d, g, b, amount) in seconds.items()}
+    kwh = Decimal(3_600_000)  # joules per kWh
+    sums = {
+        key: LineSums(
+            device_hours=d / hour,
+            gpu_hours=g / hour,
+            busy_gpu_hours=b / hour,
+            energy_kwh=joules / kwh,
+            amount=amount,
+        )
+        for key, (d, g, b, amount, joules) in seconds.items()
+    }
     return lines_table(make_lines(sums, config, period, cost_centers))
 
 

@@ -218,6 +218,7 @@ def _add(sums: dict[LineKey, LineSums], rows: list[dict], sign: int) -> None:
         acc.device_hours += sign * Decimal(row["device_hours"])
         acc.gpu_hours += sign * Decimal(row["gpu_hours"])
         acc.busy_gpu_hours += sign * Decimal(row["busy_gpu_hours"] or 0)
+        acc.energy_kwh += sign * Decimal(row["energy_kwh"] or 0)
         acc.amount += sign * Decimal(row["amount_unrounded"])
 
 
@@ -289,7 +290,7 @@ def corrections(
         nonzero = {
             key: acc
             for key, acc in sums.items()
-            if acc.amount or acc.gpu_hours or acc.device_hours or acc.busy_gpu_hours
+            if acc.amount or acc.gpu_hours or acc.device_hours or acc.busy_gpu_hours or acc.energy_kwh
         }
         pool_now = (
             sum((Decimal(v) for v in pool.column("pool_cost").to_pylist()), Decimal(0))

@@ -34,7 +34,9 @@ def _december_with_correction():
     usage = build_invoice_lines(daily(ROWS), config(), DEC).to_pylist()
     # R16: one more GPU-hour of November for ml-training, at 4.0 per GPU-hour.
     late = {
-        ("ml-training", "reserved", "H100-80GB", ""): LineSums(Decimal(1), Decimal(1), Decimal(0), Decimal(4))
+        ("ml-training", "reserved", "H100-80GB", ""): LineSums(
+            device_hours=Decimal(1), gpu_hours=Decimal(1), amount=Decimal(4)
+        )
     }
     return lines_table(usage + make_lines(late, config(), DEC, corrects=NOV))
 
@@ -128,3 +130,20 @@ def test_formula_injection_in_focus_cells() -> None:
             if column not in ("BilledCost", "EffectiveCost", "ListCost", "ContractedCost"):
                 assert not value.startswith(("=", "+", "@", "\t", "\r")), (column, value)
         assert row["BillingAccountId"] == '\'=HYPERLINK("http://x")'
+
+
+def test_energy_lines_are_priced_per_kwh() -> None:
+    import pyarrow as pa
+
+    rows = [(date(2026, 12, 1), "ml-training", "energy", "H100-80GB", None, "0", "0", "0.36")]
+    table = daily(rows)
+    table = table.append_column("energy_joules", pa.array([Decimal(4_320_000)], pa.decimal128(38, 12)))
+    out = _rows(focus_csv(build_invoice_lines(table, config(), DEC), config(), DEC))
+    assert validate_focus_csv(focus_csv(build_invoice_lines(table, config(), DEC), config(), DEC)) == []
+    # 4.32 MJ = 1.2 kWh; 0.36 / 1.2 = 0.3 per kWh (hand-computed).
+    assert (out[0]["PricingQuantity"], out[0]["PricingUnit"], out[0]["ListUnitPrice"]) == (
+        "1.2",
+        "kWh",
+        "0.3",
+    )
+    assert out[0]["BilledCost"] == "0.36" and out[0]["x_GpuEfficiency"] == ""
