@@ -125,6 +125,7 @@ KUBE_METRICS = (
     "node_gpu_hourly_cost",
     # Kueue quotas and usage (the quota report; not read by the accounting).
     "kueue_cluster_queue_nominal_quota",
+    "kueue_cluster_queue_borrowing_limit",
     "kueue_cluster_queue_resource_usage",
     "kueue_local_queue_resource_usage",
 )

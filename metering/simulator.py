@@ -165,6 +165,10 @@ LANE_PATTERN: tuple[tuple[str, int], ...] = (
     ("free", 1),
 )
 TIMESLICED_SLOT_KINDS = ("ts_inference", "research_nb", "vceval_nb")
+# A KAI Scheduler GPU: slot 0 is the reservation pod that holds the GPU (and that dcgm-exporter names),
+# the others are fractional pods of its `runai-gpu-group` (gpu-fraction 0.5 + 0.25 + 0.25).
+KAI_SLOT_KINDS = ("kai_reservation", "kai_batch", "kai_ft", "kai_nb")
+KAI_NAMESPACE = "kai-resource-reservation"
 
 
 @dataclass(frozen=True)
@@ -177,12 +181,13 @@ class JobKind:
     gap_min: tuple[float, float] = (5.0, 60.0)
     busy: tuple[float, float] = (0.6, 0.95)
     mem: tuple[float, float] = (0.5, 0.9)
-    shape: str = "train"  # train | diurnal | bursty | idle
+    shape: str = "train"  # train | diurnal | bursty | idle | reserve (holds, never busy)
     long_running: bool = False
     labels: tuple[tuple[str, str], ...] = ()
     vcluster: bool = False
     cpu_per_gpu: float = 8.0
     mem_gib_per_gpu: float = 64.0
+    gpu_fraction: float | None = None  # KAI `gpu-fraction` annotation: requests no nvidia.com/gpu
 
 
 KINDS: dict[str, JobKind] = {
@@ -323,6 +328,60 @@ KINDS: dict[str, JobKind] = {
         vcluster=True,
         labels=(("app", "eval-adhoc"),),
     ),  # fmt: skip
+    # KAI Scheduler (TELEMETRY.md "Sharing schedulers"): a bare reservation pod holds the GPU.
+    "kai_reservation": JobKind(
+        (KAI_NAMESPACE,),
+        ("gpu-reservation",),
+        "pod-group-reservation",
+        "<none>",
+        busy=(0.0, 0.0),
+        mem=(0.0, 0.0),
+        shape="reserve",
+        long_running=True,
+        cpu_per_gpu=0.1,
+        mem_gib_per_gpu=0.1,
+    ),  # fmt: skip
+    "kai_batch": JobKind(
+        ("inference",),
+        ("batch-embed",),
+        "worker",
+        "Job",
+        hours=(2.0, 6.0),
+        gap_min=(30, 120),
+        busy=(0.2, 0.4),
+        mem=(0.3, 0.45),
+        shape="diurnal",
+        cpu_per_gpu=8,
+        gpu_fraction=0.5,
+        labels=(("app", "batch-embed"),),
+    ),  # fmt: skip
+    "kai_ft": JobKind(
+        ("ft-llama",),
+        ("lora-qwen-1b",),
+        "trainer",
+        "Job",
+        hours=(1.0, 3.0),
+        gap_min=(20, 90),
+        busy=(0.15, 0.3),
+        mem=(0.15, 0.22),
+        cpu_per_gpu=8,
+        gpu_fraction=0.25,
+        labels=(("app", "finetune"),),
+    ),  # fmt: skip
+    "kai_nb": JobKind(
+        ("shared-jobs",),
+        ("research-kai-notebook",),
+        "notebook",
+        "Job",
+        hours=(1.0, 4.0),
+        gap_min=(30, 180),
+        busy=(0.05, 0.2),
+        mem=(0.1, 0.2),
+        shape="bursty",
+        cpu_per_gpu=4,
+        gpu_fraction=0.25,
+        labels=(("team", "research"), ("app", "notebook")),
+    ),  # fmt: skip
 }
 VIRTUAL_NAMESPACES = ("team-a", "team-b", "default")
 
@@ -345,6 +404,7 @@ class FactorySpec:
     gpus_per_node: int = 8
     mig_fraction: float = 0.125  # share of the schedulable GPUs that are MIG-partitioned (4 of 32)
     timesliced_gpus: int = 1  # at most; placed where LANE_PATTERN has a time-sliced lane
+    kai_gpus: int = 1  # GPUs of an extra H100 node, each shared by KAI fractional pods via a reservation pod
     dra_gpus: int = 3  # at most; a 4g+3g MIG GPU first, then whole-GPU DRA lanes
     outage: bool = True  # one node's dcgm-exporter down 13:00-15:00Z on the second day
     cordoned_node: bool = True  # an extra H100 node (gpus_per_node // 2 GPUs) cordoned throughout
@@ -357,7 +417,7 @@ class FactorySpec:
             problems.append(f"scrape_interval_s={self.scrape_interval_s} must divide 86400")
         if self.days < 1:
             problems.append(f"days={self.days} must be >= 1")
-        for name in ("h100_nodes", "a100_nodes", "h200_nodes", "timesliced_gpus", "dra_gpus"):
+        for name in ("h100_nodes", "a100_nodes", "h200_nodes", "timesliced_gpus", "dra_gpus", "kai_gpus"):
             if getattr(self, name) < 0:
                 problems.append(f"{name} must be >= 0")
         if self.gpus_per_node < 1:
@@ -399,6 +459,7 @@ class NodeInfo:
     ordinal: int
     gpus: int
     cordoned: bool
+    kai: bool = False  # every GPU shared through KAI Scheduler (KAI_SLOT_KINDS)
 
 
 @dataclass(frozen=True)
@@ -430,6 +491,8 @@ class Lane:
 
     @property
     def slot_kinds(self) -> tuple[str, ...]:
+        if self.kind == "kai":
+            return KAI_SLOT_KINDS
         return TIMESLICED_SLOT_KINDS if self.kind == "timesliced" else (self.kind,)
 
 
@@ -487,7 +550,12 @@ def factory_layout(spec: FactorySpec) -> Layout:
                 True,
             )
         )
-    schedulable = [(n, i) for n in nodes if not n.cordoned for i in range(n.gpus)]
+    if spec.kai_gpus:  # last, so that every other node, GPU and lane is the same with or without it
+        kai_index = spec.h100_nodes + 1 + int(spec.cordoned_node)
+        nodes.append(
+            NodeInfo(f"gpu-h100-{kai_index:02d}", "h100", len(nodes), spec.kai_gpus, False, kai=True)
+        )
+    schedulable = [(n, i) for n in nodes if not n.cordoned and not n.kai for i in range(n.gpus)]
 
     def tier(item: tuple[NodeInfo, int]) -> tuple[int, ...]:
         n, i = item
@@ -533,7 +601,11 @@ def factory_layout(spec: FactorySpec) -> Layout:
             node_gpus[i] = GpuInfo(
                 len(gpus) + i, n.name, i, gpu_uuid, n.model, tuple(instances), pattern, dra
             )  # fmt: skip
-        if not n.cordoned:
+        if n.kai:
+            for i in range(n.gpus):
+                group += 1
+                lanes.append(Lane(len(lanes), "kai", n.name, ((node_gpus[i].gidx, None),), group=group))
+        elif not n.cordoned:
             whole = [i for i in range(n.gpus) if not node_gpus[i].is_mig]
             j = 0
             while j < len(whole):
@@ -577,7 +649,7 @@ def factory_layout(spec: FactorySpec) -> Layout:
         gpus.extend(node_gpus[i] for i in range(n.gpus))
 
     last = spec.days - 1
-    sched_nodes = [n for n in nodes if not n.cordoned]
+    sched_nodes = [n for n in nodes if not n.cordoned and not n.kai]
     outage_node = sched_nodes[-1].name if spec.outage and sched_nodes else None
     outage = Window(spec.start + timedelta(days=min(1, last)), 13 * 3600, 15 * 3600) if outage_node else None
     whole_held = [lane for lane in lanes if lane.kind not in ("free",) and lane.devices[0][1] is None]
@@ -632,6 +704,7 @@ class Pod:
     requests: tuple[tuple[str, str, float], ...]  # (resource, unit, value)
     claim_name: str | None = None  # the generated ResourceClaim (DRA pods)
     claim_uid: str | None = None
+    annotations: tuple[tuple[str, str], ...] = ()  # kube_pod_annotations keys, sanitized (annotation_...)
 
 
 def _epoch(d: date) -> int:
@@ -654,6 +727,9 @@ def _pod_requests(
     elif lane.kind == "timesliced":
         weight = 1 / 3
         gpu_req = ("nvidia_com_gpu_shared", 1.0)
+    elif lane.kind == "kai":  # the reservation pod requests the GPU, fractional pods none
+        weight = kind.gpu_fraction or 1.0
+        gpu_req = None if kind.gpu_fraction else ("nvidia_com_gpu", 1.0)
     else:
         weight = float(len(lane.devices))
         gpu_req = None if lane.dra else ("nvidia_com_gpu", weight)
@@ -680,6 +756,8 @@ def _make_pod(
         name = f"{job}-{_suffix(spec.seed, job, lane.lid, slot)}"
     elif kind.owner_kind == "StatefulSet":
         owner, name = job, f"{job}-0"
+    elif not kind.vcluster:  # a bare pod (KAI's reservation pod)
+        owner, name = "<none>", f"{job}-{_suffix(spec.seed, job, created)}"
     else:  # vCluster: synced host pod, named <pod>-x-<namespace>-x-<vcluster>, truncated past 63 chars
         owner = "<none>"
         vns = VIRTUAL_NAMESPACES[int(rng.integers(len(VIRTUAL_NAMESPACES)))]
@@ -689,6 +767,11 @@ def _make_pod(
             name = name[:52] + "-" + hashlib.sha256(name.encode()).hexdigest()[:10]
         labels["vcluster.loft.sh/managed-by"] = VCLUSTER
         labels["vcluster.loft.sh/namespace"] = vns
+    annotations: tuple[tuple[str, str], ...] = ()
+    if lane.kind == "kai":
+        labels["runai-gpu-group"] = _hash_uuid(spec.seed, spec.cluster, "runai-gpu-group", lane.lid)
+        if kind.gpu_fraction:
+            annotations = (("annotation_gpu_fraction", f"{kind.gpu_fraction:g}"),)
     mem_lo, mem_hi = kind.mem
     uid = _hash_uuid(spec.seed, spec.cluster, namespace, name, created)
     claim_name = claim_uid = None
@@ -702,7 +785,7 @@ def _make_pod(
         created=created, running=running, finished=finished, deleted=deleted, end_phase=end_phase,
         busy=float(rng.uniform(*kind.busy)), mem=float(rng.uniform(mem_lo, mem_hi)), shape=kind.shape,
         lane=lane.lid, slot=slot, requests=_pod_requests(spec, layout, lane, kind),
-        claim_name=claim_name, claim_uid=claim_uid,
+        claim_name=claim_name, claim_uid=claim_uid, annotations=annotations,
     )  # fmt: skip
 
 
@@ -821,6 +904,8 @@ def _shape(shape: str, level: float, noise: np.ndarray, u: np.ndarray, hours: np
         b = level * (0.65 + 0.35 * np.sin(2 * np.pi * (hours - 8.0) / 24.0)) + 0.04 * noise
     elif shape == "bursty":
         b = np.where(u < 0.35, level + 0.1 * noise, 0.01 + 0.005 * np.abs(noise))
+    elif shape == "reserve":  # holds the GPU for others, runs nothing
+        return np.zeros_like(noise)
     else:  # idle: held, 0-3 %
         return np.clip(level + 0.004 * noise, 0.0, 0.03)
     return np.clip(b, 0.0, 1.0)
@@ -1219,6 +1304,67 @@ def _kube_rows(ctx: _Ctx, rows: _Rows) -> None:
         if pod.claim_name:
             labels = {**base, "claim_name": "gpu", "resourceclaim_name": pod.claim_name}
             rows.add(idx, "kube_pod_resourceclaim_info", 1.0, rows.label_code(_json(labels)))
+        if pod.annotations:  # kube-state-metrics with --metric-annotations-allowlist=pods=[gpu-fraction]
+            annotated = {**base, **dict(pod.annotations)}
+            rows.add(idx, "kube_pod_annotations", 1.0, rows.label_code(_json(annotated)))
+    _kueue_rows(ctx, rows)
+
+
+# Kueue (TELEMETRY.md "Sharing schedulers and quotas"): one ClusterQueue per tenant, all in one cohort,
+# a LocalQueue per namespace. Quotas and usage count `nvidia.com/gpu` requests, so MIG, time-sliced, DRA
+# and KAI-fractional pods (which request none) are outside them, as in Kueue.
+KUEUE_COHORT = "ai-factory"
+KUEUE_FLAVOR = "default-flavor"
+KUEUE_CLUSTER_QUEUES = {
+    "training": "ml-training",
+    "ft-llama": "ml-training",
+    "ft-mistral": "ml-training",
+    "inference": "serving",
+    "sandbox": "sandbox",
+    "shared-jobs": "research",
+    "vc-eval": "evaluation",
+}
+
+
+def _kueue_rows(ctx: _Ctx, rows: _Rows) -> None:
+    """kueue_cluster_queue_nominal_quota / _borrowing_limit / _resource_usage and
+    kueue_local_queue_resource_usage. Cluster-wide series: written once per day, by the part of the day
+    (`iter_day_parts`) that holds the first node, from every pod of the day."""
+    full = factory_layout(ctx.spec)
+    names = {node.name for node in ctx.layout.nodes}
+    if full.nodes[0].name not in names:
+        return
+    pods = ctx.pods if len(names) == len(full.nodes) else day_pods(ctx.spec, ctx.day)
+    # Nominal quota: the whole GPUs of the lanes whose pods the queue admits (usage never exceeds it).
+    quota = dict.fromkeys(sorted(set(KUEUE_CLUSTER_QUEUES.values())), 0.0)
+    for lane in full.lanes:
+        if lane.kind in ("free", "timesliced", "kai") or lane.dra or lane.devices[0][1] is not None:
+            continue
+        for kind_name in lane.slot_kinds:
+            queue = KUEUE_CLUSTER_QUEUES.get(KINDS[kind_name].namespaces[0])
+            if queue is not None:
+                quota[queue] += len(lane.devices)
+    every = np.arange(ctx.n, dtype=np.int32)
+    cq_usage = {queue: np.zeros(ctx.n) for queue in quota}
+    lq_usage: dict[str, np.ndarray] = {}
+    for pod in pods:
+        queue = KUEUE_CLUSTER_QUEUES.get(pod.namespace)
+        gpus = sum(value for resource, _, value in pod.requests if resource == "nvidia_com_gpu")
+        if queue is None or not gpus:
+            continue
+        r0, r1 = ctx.idx(pod.running), ctx.idx(pod.finished)  # admitted and holding its GPUs
+        cq_usage[queue][r0:r1] += gpus
+        lq_usage.setdefault(pod.namespace, np.zeros(ctx.n))[r0:r1] += gpus
+    for queue, nominal in quota.items():
+        labels = {"cohort": KUEUE_COHORT, "cluster_queue": queue, "flavor": KUEUE_FLAVOR}
+        code = rows.label_code(_json({**labels, "resource": "nvidia.com/gpu"}))
+        rows.add(every, "kueue_cluster_queue_nominal_quota", nominal, code)
+        rows.add(every, "kueue_cluster_queue_borrowing_limit", float(nominal // 2), code)
+        rows.add(every, "kueue_cluster_queue_resource_usage", cq_usage[queue], code)
+    for namespace in sorted(lq_usage):
+        labels = {"namespace": namespace, "local_queue": f"{namespace}-queue", "flavor": KUEUE_FLAVOR}
+        code = rows.label_code(_json({**labels, "resource": "nvidia.com/gpu"}))
+        rows.add(every, "kueue_local_queue_resource_usage", lq_usage[namespace], code)
 
 
 # --- Kubernetes objects -------------------------------------------------------------------------
@@ -1575,6 +1721,8 @@ def describe(spec: FactorySpec) -> str:
                 parts = [f"{m.profile}#{m.gi_id}:{lanes[(g.gidx, m.gi_id)].kind}" for m in g.mig]
                 free = 7 - sum(m.compute for m in g.mig)
                 tags.append("MIG " + " + ".join(parts) + (f" (+{free}/7 unpartitioned)" if free else ""))
+            elif (g.gidx, None) in lanes and lanes[(g.gidx, None)].kind == "kai":
+                tags.append("KAI: a reservation pod for 3 fractional pods (gpu-fraction 0.5 + 0.25 + 0.25)")
             elif (g.gidx, None) in lanes:
                 tags.append(lanes[(g.gidx, None)].kind)
             else:

@@ -13,11 +13,20 @@ Every case: one H100 at 3.6 per GPU-hour, Δ = 60 s, so one device sample costs 
 
 from __future__ import annotations
 
+import json
+from collections import defaultdict
+from datetime import UTC, datetime
 from decimal import Decimal
+from pathlib import Path
 
 import pytest
+import yaml
 from test_rules import H100, IDLE, UNALLOCATED, D, charges, factory, holder, make_config, meter, rows
 
+from metering import simulator
+from metering.accounting import meter_day
+from metering.config import parse_config
+from metering.sources import ParquetRawSource
 from tests.builders import FactoryBuilder
 
 RESERVATION = ("kai-resource-reservation", "gpu-reservation-n1-x7k2p", "main")
@@ -118,3 +127,72 @@ def test_r11_a_kai_gpu_is_allocated_whoever_holds_it(share: str) -> None:
     assert categories == {"allocated_active"}
     total = sum((r["gpu_seconds"] for r in out["mart_stranded_capacity"].to_pylist()), Decimal(0))
     assert total == D(240)
+
+
+# --- the simulated factory's KAI GPU, end to end -------------------------------------------------
+
+
+@pytest.mark.parametrize("share", ["equal", "requested"])
+def test_the_simulated_kai_gpu_is_billed_to_its_running_fractional_pods(tmp_path: Path, share: str) -> None:
+    """The simulator's KAI GPU through the Parquet source and the SQL models; the expected device-seconds
+    are derived independently from the raw kube-state-metrics rows (phases, group labels, fractions)."""
+    spec = simulator.FactorySpec(
+        h100_nodes=1, a100_nodes=0, h200_nodes=0, gpus_per_node=2, scrape_interval_s=300, days=2,
+        mig_fraction=0.0, timesliced_gpus=0, dra_gpus=0, outage=False, cordoned_node=False, xid_gpu=False,
+        energy_reset=False,
+    )  # fmt: skip
+    day = spec.day_list[1]
+    simulator.write_parquet(spec, tmp_path)
+    raw = ParquetRawSource(tmp_path).fetch_day(spec.cluster, day, 600_000)
+    doc = yaml.safe_load((Path(__file__).parents[1] / "examples" / "demo-config.yaml").read_text())
+    doc.update(scrape_interval_seconds=300, share=share)
+    doc["clusters"][0]["source"]["path"] = str(tmp_path)
+    out = meter_day(raw, parse_config(yaml.safe_dump(doc)), spec.cluster, day)
+
+    kai_node = simulator.factory_layout(spec).nodes[-1].name
+    got = {
+        r["pod"]: r["device_seconds"] for r in out["mart_device_seconds"].to_pylist() if r["node"] == kai_node
+    }
+    start, end = (
+        datetime(day.year, day.month, day.day, tzinfo=UTC).timestamp() * 1000 + k * 86_400_000 for k in (0, 1)
+    )
+    # Rows of the day and its lookback, as the models read them; a pod is Running at a sample by its latest
+    # phase sample at most kube_lookback_seconds (300 s, one sample here) old (R5).
+    kube = raw.kube.to_pylist()
+    labels = [json.loads(r["labels"]) for r in kube]
+    group = {
+        lab["pod"]: lab.get("label_runai_gpu_group")
+        for lab, r in zip(labels, kube, strict=True)
+        if r["metric"] == "kube_pod_labels"
+    }
+    fraction = {
+        lab["pod"]: Decimal(lab["annotation_gpu_fraction"])
+        for lab, r in zip(labels, kube, strict=True)
+        if r["metric"] == "kube_pod_annotations"
+    }
+    phase: dict[tuple[str, int], bool] = {}
+    for lab, r in zip(labels, kube, strict=True):
+        if r["metric"] == "kube_pod_status_phase":
+            key = (lab["pod"], r["ts_ms"])
+            phase[key] = phase.get(key, False) or (lab["phase"] == "Running" and r["value"] == 1)
+
+    def is_running(pod: str, ts: int) -> bool:
+        latest = phase.get((pod, ts), phase.get((pod, ts - 300_000)))
+        return bool(latest)
+
+    reservation = next(pod for pod in group if pod.startswith("gpu-reservation-"))
+    want: dict[str, Decimal] = defaultdict(Decimal)
+    for ts in range(int(start), int(end), 300_000):
+        members = {
+            p for p, g in group.items() if g == group[reservation] and p != reservation and is_running(p, ts)
+        }
+        if not members:
+            want[reservation] += 300
+        for pod in members:
+            want[pod] += 300 * fraction[pod] if share == "requested" else Decimal(300) / len(members)
+    assert len(want) > 3 and want[reservation] > 0  # members came and went; some samples had none
+    assert got.keys() == want.keys()
+    for pod, seconds in want.items():
+        assert got[pod] == pytest.approx(seconds, abs=Decimal("1e-9")), pod
+    tenants = {r["tenant"] for r in out["mart_device_seconds"].to_pylist() if r["node"] == kai_node}
+    assert tenants == {"serving", "ml-training", "research", UNALLOCATED}

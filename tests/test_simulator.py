@@ -127,8 +127,9 @@ def test_demo_layout():
         "gpu-a100-01",
         "gpu-h200-01",
         "gpu-h100-03",
+        "gpu-h100-04",  # the KAI Scheduler node, last (kai_gpus=1)
     ]
-    assert len(layout.gpus) == 36
+    assert len(layout.gpus) == 37
     assert {simulator.MODELS[g.model].model_name for g in layout.gpus} == {
         "NVIDIA H100 80GB HBM3",
         "NVIDIA A100-SXM4-80GB",
@@ -136,6 +137,10 @@ def test_demo_layout():
     }
     text = simulator.describe(DEMO)
     assert "unpartitioned" in text and "time-sliced" in text and "DRA" in text and "cordoned" in text
+    assert "KAI" in text
+    without = simulator.factory_layout(simulator.FactorySpec(**{**DEMO.__dict__, "kai_gpus": 0}))
+    assert without.nodes == layout.nodes[:-1] and without.gpus == layout.gpus[:-1]  # KAI changes nothing else
+    assert without.lanes == layout.lanes[:-1]
 
 
 def test_mig_instances_and_parent_series(demo_days):
@@ -442,6 +447,7 @@ def test_node_capacity_mixed_mig_strategy_and_prices(demo_days):
         "gpu-h100-01": 4.10,
         "gpu-h100-02": 4.10,
         "gpu-h100-03": 4.10,
+        "gpu-h100-04": 4.10,
         "gpu-a100-01": 2.50,
         "gpu-h200-01": 5.20,
     }
@@ -614,3 +620,90 @@ def test_promtool_accepts_one_hour(tmp_path):
     assert result.returncode == 0, result.stderr
     assert str(sum(counts.values())) in result.stdout  # NUM SAMPLES of the block
     assert str(ms(DAY0)) in result.stdout  # MIN TIME in ms: timestamps were read as seconds
+
+
+# --- KAI Scheduler and Kueue ----------------------------------------------------------------------
+
+
+def test_kai_gpu_is_held_by_a_reservation_pod_for_its_gpu_group(demo_days):
+    sim = demo_days[DAY1]
+    held_by = sql(
+        "select distinct namespace, pod from d where hostname='gpu-h100-04' and gpu='0' and metric='DCGM_FI_DEV_GPU_UTIL'",
+        d=sim.dcgm,
+    )
+    assert len(held_by) == 1 and held_by[0][0] == "kai-resource-reservation"  # dcgm names the reservation pod
+    reservation = held_by[0][1]
+    groups = dict(
+        sql(
+            "select distinct labels->>'pod', labels->>'label_runai_gpu_group' from k "
+            "where metric='kube_pod_labels' and labels->>'label_runai_gpu_group' is not null",
+            k=sim.kube,
+        )
+    )
+    assert len(set(groups.values())) == 1 and reservation in groups
+    members = {pod for pod in groups if pod != reservation}
+    fractions = dict(
+        sql(
+            "select distinct labels->>'pod', labels->>'annotation_gpu_fraction' from k where metric='kube_pod_annotations'",
+            k=sim.kube,
+        )
+    )
+    assert set(fractions) == members and set(fractions.values()) == {"0.5", "0.25"}
+    gpu_requests = dict(
+        sql(
+            "select labels->>'pod', max(value) from k where metric='kube_pod_container_resource_requests' "
+            "and labels->>'resource'='nvidia_com_gpu' group by 1",
+            k=sim.kube,
+        )
+    )
+    assert gpu_requests[reservation] == 1.0 and not members & set(
+        gpu_requests
+    )  # fractional: no nvidia.com/gpu
+
+
+def test_kueue_usage_is_the_gpus_its_pods_hold_within_quota(demo_days):
+    kube = demo_days[DAY0].kube
+    quota = dict(
+        sql(
+            "select labels->>'cluster_queue', max(value) from k where metric='kueue_cluster_queue_nominal_quota' group by 1",
+            k=kube,
+        )
+    )
+    usage = sql(
+        "select ts_ms, labels->>'cluster_queue', labels->>'cohort', labels->>'resource', value from k "
+        "where metric='kueue_cluster_queue_resource_usage'",
+        k=kube,
+    )
+    assert set(quota) == {"ml-training", "serving", "sandbox", "research", "evaluation"}
+    assert {(cohort, resource) for _, _, cohort, resource, _ in usage} == {("ai-factory", "nvidia.com/gpu")}
+    assert all(0 <= value <= quota[queue] for _, queue, _, _, value in usage)
+    # Hand-derived from the layout: the 4-GPU inference lane is four 1-GPU replicas that never stop.
+    assert quota["serving"] == 4 and {v for _, q, _, _, v in usage if q == "serving"} == {4.0}
+    # A ClusterQueue's usage is the sum of its namespaces' LocalQueues at every sample.
+    local = sql(
+        "select ts_ms, labels->>'namespace', value from k where metric='kueue_local_queue_resource_usage'",
+        k=kube,
+    )
+    training = {}
+    for ts, namespace, value in local:
+        if namespace in ("training", "ft-llama", "ft-mistral"):
+            training[ts] = training.get(ts, 0.0) + value
+    assert training == {ts: v for ts, q, _, _, v in usage if q == "ml-training"}
+    # Usage equals the whole GPUs requested by Running pods of those namespaces at that sample.
+    running = sql(
+        "select p.ts_ms, sum(r.value) from k as p join k as r on r.ts_ms = p.ts_ms "
+        "and r.labels->>'pod' = p.labels->>'pod' and r.metric='kube_pod_container_resource_requests' "
+        "and r.labels->>'resource'='nvidia_com_gpu' "
+        "where p.metric='kube_pod_status_phase' and p.labels->>'phase'='Running' and p.value=1 "
+        "and p.labels->>'namespace' in ('training','ft-llama','ft-mistral') group by 1",
+        k=kube,
+    )
+    assert {ts: v for ts, v in running if v} == {ts: v for ts, v in training.items() if v}
+
+
+def test_kueue_series_are_written_once_when_the_day_is_written_in_parts():
+    spec = simulator.FactorySpec(**{**SMALL.__dict__, "days": 1})
+    whole = simulator.simulate_day(spec, spec.start).kube
+    parts = pa.concat_tables(p.kube for p in simulator.iter_day_parts(spec, spec.start, nodes_per_part=2))
+    query = "select metric, labels, ts_ms, value from k where metric like 'kueue%' order by all"
+    assert sql(query, k=parts) == sql(query, k=whole) != []
