@@ -244,3 +244,37 @@ def test_close_then_late_samples_end_to_end(tmp_path: Path) -> None:
         ("ml-training", "reserved", Decimal(1), Decimal("4.10"))
     ]
     assert december[0]["corrects_period"] == "2026-11"
+
+
+def test_cli_close_reopen_and_invoices(
+    warehouse: Warehouse, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from test_invoices import CONFIG
+
+    from metering.cli import main
+
+    config_path = tmp_path / "config.yaml"
+    config_path.write_text(
+        CONFIG.format(currency="USD") + f"warehouse: {{path: {json.dumps(str(warehouse.root))}}}\n"
+    )
+    args = ["--config", str(config_path), "--period", "2026-11"]
+    out = tmp_path / "out"
+    assert main(["invoices", *args, "--out", str(out)]) == 0  # the invoice_month Dagster job
+    assert sorted(p.name for p in out.iterdir()) == [
+        "invoice_lines_2026-11_all.csv",
+        "invoice_lines_2026-11_all.focus.csv",
+        "invoice_lines_2026-11_ml-training.csv",
+        "invoice_lines_2026-11_serving.csv",
+        "tenant_invoice_2026-11_ml-training.html",
+        "tenant_invoice_2026-11_serving.html",
+    ]
+    assert "draft" in capsys.readouterr().out
+    assert main(["close", *args, "--by", "cfo", "--reason", "month end"]) == 0
+    printed = capsys.readouterr().out
+    assert "INV-2026-11-SERVING" in printed and "closed" in printed
+    assert main(["close", *args]) == 2
+    assert "already closed" in capsys.readouterr().err
+    assert main(["reopen", *args, "--reason", " "]) == 2
+    assert "needs a reason" in capsys.readouterr().err
+    assert main(["reopen", *args, "--reason", "wrong rate card"]) == 0
+    assert [e["event"] for e in periods.read_audit(warehouse)] == ["close", "reopen"]
