@@ -12,6 +12,8 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from test_invoices import DEC, config, daily
 
 from metering import periods
@@ -278,3 +280,52 @@ def test_cli_close_reopen_and_invoices(
     assert "needs a reason" in capsys.readouterr().err
     assert main(["reopen", *args, "--reason", "wrong rate card"]) == 0
     assert [e["event"] for e in periods.read_audit(warehouse)] == ["close", "reopen"]
+
+
+# --- property: late data over several rounds is billed exactly once (R16, R13) ---------------------------
+
+
+_cents = st.integers(min_value=0, max_value=10**14).map(lambda n: Decimal(n).scaleb(-12))
+
+
+@st.composite
+def _versions(draw: st.DrawFn) -> list[list[tuple]]:
+    """Successive versions of Nov 30 as late data arrives: reserved amounts per tenant, idle = the rest."""
+    out = []
+    for _ in range(draw(st.integers(min_value=2, max_value=4))):
+        training, serving, idle = draw(_cents), draw(_cents), draw(_cents)
+        out.append(
+            [
+                ("ml-training", "reserved", "H100-80GB", None, "3600", "3600", str(training)),
+                ("serving", "reserved", "H100-80GB", "1g.10gb", "3600", "514.285714285714", str(serving)),
+                ("__idle__", "idle", "H100-80GB", None, "0", "1800", str(idle)),
+            ]
+        )
+    return out
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(versions=_versions())
+def test_late_data_in_rounds_is_billed_exactly_once(versions: list[list[tuple]]) -> None:
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as root:
+        wh = Warehouse.at(root)
+        _store(wh, D_NOV, versions[0])
+        _close(wh, NOV)
+        month = NOV
+        for version in versions[1:]:  # each round: new data for Nov, the next month closes with it
+            _store(wh, D_NOV, version)
+            month = Period.of(month.end)
+            summary = roll_up_month(config(), wh, str(month))
+            assert summary.reconciliation.exact  # R13: Σ adjustments = Δ pool cost of November
+            periods.close_period(config(), wh, month)
+        billed: dict[tuple, Decimal] = {}
+        for key in periods.closed_periods(wh):
+            for row in periods.stored_lines(wh, key).to_pylist():
+                if key == "2026-11" or row["corrects_period"] == "2026-11":
+                    charge = row["corrects_charge_type"] or row["charge_type"]
+                    k = (row["tenant"], charge, row["mig_profile"])
+                    billed[k] = billed.get(k, Decimal(0)) + row["amount_unrounded"]
+        final = {(r[0], r[1], r[3] or ""): Decimal(r[6]) for r in versions[-1]}
+        assert {k: v for k, v in billed.items() if v} == {k: v for k, v in final.items() if v}
