@@ -49,17 +49,19 @@ def pull_raw_day(
     # Fetch every cluster before writing any: a source that fails leaves the stored day untouched.
     for cluster in config.clusters:
         fetched[cluster.name] = sources[cluster.name].fetch_day(cluster.name, day, lookback_ms(config))
-    for cluster_name, raw in fetched.items():
-        for name, table in raw.tables().items():
-            warehouse.write_day(RAW, name, cluster_name, day, table)
-            counts[name] += table.num_rows
-        snapshot = getattr(sources[cluster_name], "last_k8s_snapshot", None)
-        if snapshot:  # keep the claims as read: template claims vanish with their pods
-            folder = warehouse.root / RAW / "k8s" / f"cluster={cluster_name}" / f"day={day.isoformat()}"
-            for kind in ("resourceclaims", "resourceslices"):
-                if snapshot.get(kind) is not None:
-                    atomic_write_text(folder / f"{kind}.json", json.dumps(snapshot[kind], sort_keys=True))
-        log(f"{cluster_name} {day}: {raw.dcgm.num_rows:,} DCGM and {raw.kube.num_rows:,} kube samples")
+    # R15: one run of the day writes at a time, and never while the day is being metered.
+    with warehouse.day_lock(day):
+        for cluster_name, raw in fetched.items():
+            for name, table in raw.tables().items():
+                warehouse.write_day(RAW, name, cluster_name, day, table)
+                counts[name] += table.num_rows
+            snapshot = getattr(sources[cluster_name], "last_k8s_snapshot", None)
+            if snapshot:  # keep the claims as read: template claims vanish with their pods
+                folder = warehouse.root / RAW / "k8s" / f"cluster={cluster_name}" / f"day={day.isoformat()}"
+                for kind in ("resourceclaims", "resourceslices"):
+                    if snapshot.get(kind) is not None:
+                        atomic_write_text(folder / f"{kind}.json", json.dumps(snapshot[kind], sort_keys=True))
+            log(f"{cluster_name} {day}: {raw.dcgm.num_rows:,} DCGM and {raw.kube.num_rows:,} kube samples")
     return counts
 
 
@@ -81,27 +83,29 @@ def meter_partition_day(
     `warehouse.persist_models: marts` staging and intermediate models stay inside DuckDB."""
     keep = LAYERS if config.warehouse.persist_models == "all" else ("marts",)
     results: dict[str, dict[str, pa.Table]] = {}
-    for cluster in config.clusters:
-        spill = warehouse.root / ".tmp" / f"duckdb-{cluster.name}-{day.isoformat()}-{os.getpid()}"
-        try:
-            results[cluster.name] = meter_day(
-                read_raw_day(warehouse, cluster.name, day),
-                config,
-                cluster.name,
-                day,
-                keep_layers=keep,
-                temp_directory=spill,
-            )
-        finally:
-            shutil.rmtree(spill, ignore_errors=True)
     counts: dict[str, int] = {}
-    models = {m.name: m for m in load_models()}
-    for cluster_name, tables in results.items():
-        for name, table in tables.items():
-            model = models[name]
-            warehouse.write_day(ZONES[model.layer], model.table, cluster_name, day, table)
-            counts[name] = counts.get(name, 0) + table.num_rows
-        log(f"{cluster_name} {day}: metered, {tables['mart_device_seconds'].num_rows} device-holder rows")
+    # R15: the day's raw files cannot change while they are read, and its models are one run's.
+    with warehouse.day_lock(day):
+        for cluster in config.clusters:
+            spill = warehouse.root / ".tmp" / f"duckdb-{cluster.name}-{day.isoformat()}-{os.getpid()}"
+            try:
+                results[cluster.name] = meter_day(
+                    read_raw_day(warehouse, cluster.name, day),
+                    config,
+                    cluster.name,
+                    day,
+                    keep_layers=keep,
+                    temp_directory=spill,
+                )
+            finally:
+                shutil.rmtree(spill, ignore_errors=True)
+        models = {m.name: m for m in load_models()}
+        for cluster_name, tables in results.items():
+            for name, table in tables.items():
+                model = models[name]
+                warehouse.write_day(ZONES[model.layer], model.table, cluster_name, day, table)
+                counts[name] = counts.get(name, 0) + table.num_rows
+            log(f"{cluster_name} {day}: metered, {tables['mart_device_seconds'].num_rows} device-holder rows")
     return counts, results
 
 

@@ -26,25 +26,53 @@ class RawSource(Protocol):
     def fetch_day(self, cluster: str, day: date, lookback_ms: int) -> RawDay: ...
 
 
-def _read_window(path: Path, table: str, start_ms: int, end_ms: int) -> pa.Table | None:
-    if not path.exists():
-        return None
-    try:
-        rows = pq.read_table(path, filters=[("ts_ms", ">=", start_ms), ("ts_ms", "<", end_ms)])
-    except (pa.ArrowInvalid, OSError) as exc:
-        raise SourceError(
-            f"{path}: not a readable Parquet file ({exc}); re-create it or remove the day"
-        ) from exc
+def _read_window(path: Path, table: str, start_ms: int | None, end_ms: int | None) -> pa.Table:
+    """The file's rows with start_ms <= ts_ms < end_ms (every row when the bounds are None), in the
+    raw-samples schema. Any unreadable, truncated or mistyped file is one SourceError naming it."""
     schema = RAW_TABLES[table]
-    missing = [name for name in schema.names if name not in rows.column_names]
+    try:
+        found = pq.read_schema(path)
+    except (pa.ArrowException, OSError) as exc:
+        raise SourceError(
+            f"{path}: not a readable Parquet file ({exc}); re-create it (gpumeter simulate, or re-export "
+            "the day) or remove it"
+        ) from None
+    missing = [name for name in schema.names if name not in found.names]
     if missing:
         raise SourceError(
-            f"{path}: missing column(s) {', '.join(missing)} of the raw-samples schema ({table})"
+            f"{path}: missing column(s) {', '.join(missing)} of the raw-samples schema ({table}); "
+            "docs/config.md lists the columns a Parquet source needs"
         )
+    wrong = [
+        f"{f.name} is {found.field(f.name).type}, expected {f.type}"
+        for f in schema
+        if not _castable(found.field(f.name).type, f.type)
+    ]
+    if wrong:
+        raise SourceError(
+            f"{path}: column types do not match the raw-samples schema ({table}): {'; '.join(wrong)}"
+        )
+    bounds = None if start_ms is None else [("ts_ms", ">=", start_ms), ("ts_ms", "<", end_ms)]
     try:
-        return rows.select(schema.names).cast(schema)
-    except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
-        raise SourceError(f"{path}: columns do not cast to the raw-samples schema ({exc})") from exc
+        return pq.read_table(path, columns=schema.names, filters=bounds).cast(schema)
+    except (pa.ArrowException, OSError) as exc:
+        raise SourceError(
+            f"{path}: cannot be read as the raw-samples schema ({table}): {exc}; re-create it or remove it"
+        ) from None
+
+
+def _castable(found: pa.DataType, wanted: pa.DataType) -> bool:
+    """Same kind of column (integers for ts_ms, floats or integers for value, text for labels): a file
+    written by another tool with int32 timestamps or large strings is read; a text timestamp is not."""
+    if found == wanted or pa.types.is_null(found):
+        return True
+    if pa.types.is_integer(wanted):
+        return pa.types.is_integer(found)
+    if pa.types.is_floating(wanted):
+        return pa.types.is_integer(found) or pa.types.is_floating(found)
+    if pa.types.is_string(wanted):
+        return pa.types.is_string(found) or pa.types.is_large_string(found) or pa.types.is_dictionary(found)
+    return False
 
 
 class ParquetRawSource:
@@ -68,10 +96,13 @@ class ParquetRawSource:
         tables: dict[str, pa.Table] = {}
         for table in ("raw_dcgm_samples", "raw_kube_samples"):
             parts = []
-            for d in (day - timedelta(days=1), day):
+            # The day before: only its rows inside the lookback. The day's own files: every row, also one
+            # timestamped outside the day (misfiled, or far in the past or future). The accounting counts
+            # those as quarantined (stg_dcgm_quarantine, R2) instead of their vanishing here.
+            for d, bounds in ((day - timedelta(days=1), (window_start, end_ms)), (day, (None, None))):
                 for path in self._day_files(table, cluster, d):
-                    part = _read_window(path, table, window_start, end_ms)
-                    if part is not None and part.num_rows:
+                    part = _read_window(path, table, *bounds)
+                    if part.num_rows:
                         parts.append(part)
             tables[table] = pa.concat_tables(parts) if parts else RAW_TABLES[table].empty_table()
         allocations, devices = self._k8s_objects(cluster, day)

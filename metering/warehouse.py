@@ -9,16 +9,24 @@ Why files and not one DuckDB database: a DuckDB file opened by the pipeline for 
 opened by the dashboard at the same time, and a reader holding it read-only blocks the writer. Parquet
 files are replaced with an atomic rename, so a reader sees the old day or the new day, never half of one,
 and a killed run leaves the previous file in place (R15).
+
+Runs of one day are serialized by a per-day lock file (`<root>/.locks/day=<YYYY-MM-DD>.lock`, fcntl.flock):
+two runs of the same day at once never interleave their files, so a day is always one run's (R15). The
+lock dies with its process, so a `kill -9` never leaves a day locked.
 """
 
 from __future__ import annotations
 
+import fcntl
 import os
+import re
 import tempfile
+import time
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import date
+from datetime import UTC, date, datetime
 from pathlib import Path
 
 import duckdb
@@ -29,6 +37,12 @@ RAW = "raw"
 MARTS = "marts"
 INTERMEDIATE = "intermediate"
 STAGING = "staging"
+
+# How long a run waits for another run of the same day before it gives up (seconds).
+LOCK_TIMEOUT_ENV = "GPUMETER_LOCK_TIMEOUT_SECONDS"
+DEFAULT_LOCK_TIMEOUT_S = 6 * 3600.0
+# A stored table's name becomes a DuckDB view name: only what gpumeter itself names tables.
+_TABLE_NAME = re.compile(r"^[a-z][a-z0-9_]*$")
 
 
 class WarehouseError(RuntimeError):
@@ -80,6 +94,43 @@ class Warehouse:
             )
         return out
 
+    # --- the per-day lock --------------------------------------------------------------------
+    @contextmanager
+    def day_lock(self, day: date, timeout_s: float | None = None) -> Iterator[None]:
+        """Hold the day's lock: another run of the day waits (up to `timeout_s`, default from
+        $GPUMETER_LOCK_TIMEOUT_SECONDS, else 6 h) and then fails with one message; it never writes beside us."""
+        if timeout_s is None:
+            timeout_s = float(os.environ.get(LOCK_TIMEOUT_ENV, DEFAULT_LOCK_TIMEOUT_S))
+        path = self.root / ".locks" / f"day={day.isoformat()}.lock"
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as exc:
+            raise WarehouseError(
+                f"could not create the lock {path}: {exc.strerror or exc}. Nothing was written; "
+                "check that the warehouse is writable (disk space, permissions, read-only mount), then re-run."
+            ) from None
+        try:
+            deadline = time.monotonic() + max(0.0, timeout_s)
+            while True:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    if time.monotonic() >= deadline:
+                        holder = os.pread(fd, 200, 0).decode("utf-8", "replace").strip() or "another run"
+                        raise WarehouseError(
+                            f"day {day.isoformat()} is being written by {holder} (lock {path}); this run wrote "
+                            f"nothing. Wait for it to finish and re-run, or raise {LOCK_TIMEOUT_ENV}."
+                        ) from None
+                    time.sleep(0.1)
+            since = datetime.now(UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"pid {os.getpid()} since {since}".encode(), 0)
+            yield
+        finally:
+            os.close(fd)  # releases the lock
+
     # --- writes ------------------------------------------------------------------------------
     def write_day(self, zone: str, table: str, cluster: str, day: date, rows: pa.Table) -> Path:
         return atomic_write_parquet(self.day_path(zone, table, cluster, day), rows)
@@ -108,7 +159,8 @@ class Warehouse:
             if not zone_dir.exists():
                 continue
             for table_dir in sorted(p for p in zone_dir.iterdir() if p.is_dir()):
-                if not any(table_dir.glob("**/data.parquet")):
+                # The directory name becomes an SQL identifier: anything gpumeter did not name is not a table.
+                if not _TABLE_NAME.match(table_dir.name) or not any(table_dir.glob("**/data.parquet")):
                     continue
                 pattern = str(table_dir / "**" / "data.parquet").replace(
                     "'", "''"
@@ -122,12 +174,20 @@ class Warehouse:
 
 def atomic_write_parquet(path: Path, rows: pa.Table) -> Path:
     """Write `rows` to `path` so that the file is either the old one or the complete new one."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(
-        prefix=f".{path.name}.", suffix=f".{uuid.uuid4().hex[:8]}.tmp", dir=path.parent
-    )
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        # The pid in the name lets a later write remove what a killed writer left (_sweep_stale_temps).
+        fd, tmp_name = tempfile.mkstemp(
+            prefix=f".{path.name}.{os.getpid()}.", suffix=f".{uuid.uuid4().hex[:8]}.tmp", dir=path.parent
+        )
+    except OSError as exc:
+        raise WarehouseError(
+            f"could not write {path}: {exc.strerror or exc}. Earlier results are untouched; "
+            "free disk space or fix permissions on the warehouse, then re-run the day."
+        ) from None
     os.close(fd)
     tmp = Path(tmp_name)
+    _sweep_stale_temps(path)
     try:
         pq.write_table(rows, tmp, compression="zstd")
         with open(tmp, "rb") as fh:
@@ -145,15 +205,43 @@ def atomic_write_parquet(path: Path, rows: pa.Table) -> Path:
     return path
 
 
+def _sweep_stale_temps(path: Path) -> None:
+    """Remove temp files of `path` whose writer is dead (a run killed mid-write). Readers never see them
+    (they read data.parquet only); this keeps the folder from filling up."""
+    for tmp in path.parent.glob(f".{path.name}.*.tmp"):
+        pid_text = tmp.name.removeprefix(f".{path.name}.").split(".", 1)[0]
+        if not pid_text.isdigit() or int(pid_text) == os.getpid():
+            continue
+        try:
+            os.kill(int(pid_text), 0)
+        except ProcessLookupError:
+            tmp.unlink(missing_ok=True)
+        except PermissionError:  # alive, someone else's
+            continue
+
+
 def atomic_write_text(path: Path, text: str) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.{os.getpid()}.", suffix=".tmp", dir=path.parent)
+    except OSError as exc:
+        raise WarehouseError(
+            f"could not write {path}: {exc.strerror or exc}. Earlier results are untouched; "
+            "free disk space or fix permissions, then re-run."
+        ) from None
+    _sweep_stale_temps(path)
     try:
         with os.fdopen(fd, "w", encoding="utf-8", newline="") as fh:
             fh.write(text)
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp_name, path)
+    except OSError as exc:
+        Path(tmp_name).unlink(missing_ok=True)
+        raise WarehouseError(
+            f"could not write {path}: {exc.strerror or exc}. Earlier results are untouched; "
+            "free disk space or fix permissions, then re-run."
+        ) from None
     except BaseException:
         Path(tmp_name).unlink(missing_ok=True)
         raise
