@@ -272,6 +272,7 @@ def meter_day(
         with warnings.catch_warnings():
             warnings.simplefilter("default")
             for model in load_models():
+                _identifier(model.name)  # interpolated into SQL below: only a plain name may get there
                 if model.sql is None:
                     table = PYTHON_MODEL_FUNCTIONS[model.name](con, config)
                     con.register(f"{model.name}__arrow", table)
@@ -342,9 +343,25 @@ def _require_prices(con: duckdb.DuckDBPyConnection) -> None:
         )
 
 
+_IDENTIFIER = re.compile(r"[a-z][a-z0-9_]*")
+
+
+def _identifier(name: str) -> str:
+    """A model or table name as an SQL identifier: lowercase letters, digits and `_` (a file named
+    `x; drop ….sql` under sql/ is refused, not run)."""
+    if not _IDENTIFIER.fullmatch(name):
+        raise AccountingError(
+            f"model name {name!r} is not a plain identifier ([a-z][a-z0-9_]*); rename its file under sql/"
+        )
+    return name
+
+
 def _conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
-    """Select and cast the schema's columns; a missing column is an error naming it."""
+    """Select and cast the schema's columns; a missing column or an uncastable one is an error naming it."""
     missing = [f.name for f in schema if f.name not in table.column_names]
     if missing:
         raise AccountingError(f"raw table lacks column(s) {', '.join(missing)} of the raw-samples schema")
-    return table.select(schema.names).cast(schema)
+    try:
+        return table.select(schema.names).cast(schema)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
+        raise AccountingError(f"raw table columns do not cast to the raw-samples schema: {exc}") from None
