@@ -6,7 +6,7 @@ import fnmatch
 import os
 import re
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 import yaml
 from pydantic import (
@@ -77,6 +77,55 @@ class PrometheusSource(_Model):
     claims_file: str | None = Field(None, description="`kubectl get resourceclaims -A -o json` output.")
     slices_file: str | None = Field(None, description="`kubectl get resourceslices -A -o json` output.")
     kubeconfig: str | None = None
+    chunk_seconds: int = Field(3600, ge=1, le=7 * 86_400, description="Length of one pull window (R1).")
+    min_chunk_seconds: int = Field(60, ge=1, description="Smallest window when the server says too large.")
+    dedupe_bucket_seconds: int = Field(3600, ge=1, description="HA replica choice per bucket; divides a day.")
+    pushdown: bool = Field(True, description="Ask aggregates first where that stays exact (XID errors).")
+
+    # One PromQL label matcher: name, operator, a quoted value whose only escapes are backslash pairs, so
+    # the value can never close its quotes early (no PromQL injection through `selector`).
+    _MATCHER: ClassVar[re.Pattern[str]] = re.compile(
+        r'\s*([A-Za-z_][A-Za-z0-9_]*)\s*(=~|!~|!=|=)\s*"((?:[^"\\\n]|\\.)*)"\s*(?:,|$)'
+    )
+
+    @field_validator("selector")
+    @classmethod
+    def _label_matchers(cls, value: str | None) -> str | None:
+        """The selector as label matchers `name op "value"` (ops = != =~ !~), braces optional; re-rendered
+        canonically so that nothing but matchers ever reaches a query."""
+        if value is None or not value.strip():
+            return None
+        text = value.strip()
+        if text.startswith("{") and text.endswith("}"):
+            text = text[1:-1]
+        text = text.strip().rstrip(",")
+        matchers, pos = [], 0
+        while pos < len(text):
+            found = cls._MATCHER.match(text, pos)
+            if found is None or found.end() == pos:
+                raise ValueError(
+                    f"selector {value!r} is not a list of label matchers at {text[pos:][:30]!r}: write "
+                    'name="value" pairs separated by commas (operators = != =~ !~), e.g. cluster="prod-a"'
+                )
+            name, op, quoted = found.group(1), found.group(2), found.group(3)
+            if name == "__name__":
+                raise ValueError(f"selector {value!r} may not match __name__: gpumeter chooses the metrics")
+            matchers.append(f'{name}{op}"{quoted}"')
+            pos = found.end()
+        return ",".join(matchers) or None
+
+    @model_validator(mode="after")
+    def _windows(self) -> PrometheusSource:
+        if self.min_chunk_seconds > self.chunk_seconds:
+            raise ValueError(
+                f"min_chunk_seconds ({self.min_chunk_seconds}) must not exceed chunk_seconds ({self.chunk_seconds})"
+            )
+        if 86_400 % self.dedupe_bucket_seconds:
+            raise ValueError(
+                f"dedupe_bucket_seconds ({self.dedupe_bucket_seconds}) must divide a day (86400), so that "
+                "each day's replica choice is its own (R15)"
+            )
+        return self
 
 
 Source = Annotated[ParquetSource | PrometheusSource, Field(discriminator="kind")]
