@@ -71,7 +71,7 @@ def _auth_configured() -> bool:
 
 def _viewer(config: Config) -> Viewer:
     if _auth_configured():
-        if not st.user.is_logged_in:
+        if not st.user.get("is_logged_in", False):
             st.title("gpumeter")
             st.write("Sign in to see GPU metering and chargeback.")
             st.button("Sign in", on_click=st.login, type="primary")
@@ -108,7 +108,7 @@ def _filters(views: Views, viewer: Viewer) -> Filters | None:
     options = views.options(viewer)
     with st.sidebar:
         st.caption(f"Viewing as **{viewer.label}** ({viewer.identity})")
-        if _auth_configured() and st.user.is_logged_in:
+        if _auth_configured() and st.user.get("is_logged_in", False):
             st.button("Sign out", on_click=st.logout)
         if not options.periods:
             st.info("Nothing metered yet: run the pipeline (`gpumeter run`, or `make demo`).")

@@ -443,12 +443,17 @@ def data_quality(ctx: Context) -> None:
         st.info("No data-quality rows for these filters.")
         return
     observed, expected = quality["observed_gpu_hours"].sum(), quality["expected_gpu_hours"].sum()
-    cols = st.columns(3)
+    cols = st.columns(2)
     cols[0].metric("Coverage (observed ÷ expected)", f"{observed / expected:.1%}" if expected else "—")
     cols[1].metric("Unobserved GPU-hours (not billed)", f"{quality['unobserved_gpu_hours'].sum():,.1f}")
-    quarantine = [c for c in quality.columns if "quarantin" in c.lower()]
-    if quarantine:
-        cols[2].metric("Quarantined", f"{sum(quality[c].cast(pl.Float64).sum() for c in quarantine):,.0f}")
+    # Whatever quarantine columns the mart has (the pipeline may add more): numeric ones as figures.
+    quarantine = [c for c in quality.columns if "quarantin" in c.lower() and quality[c].dtype.is_numeric()]
+    for column in quarantine:
+        label = column.replace("_", " ").capitalize()
+        if column.endswith("_seconds"):
+            st.metric(label.replace("seconds", "hours"), f"{float(quality[column].sum()) / 3600:,.1f}")
+        else:
+            st.metric(label, f"{float(quality[column].sum()):,.0f}")
     table(ctx, quality, "data_quality")
     st.subheader("Days with no metered data")
     table(ctx, ctx.views.coverage_gaps(ctx.viewer, ctx.filters), "coverage_gaps")

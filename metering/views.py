@@ -426,8 +426,10 @@ class Views:
             return pl.DataFrame()
         columns = self.con.execute("describe data_quality").fetchall()
         quarantine = [(name, type_) for name, type_, *_ in columns if "quarantin" in name.lower()]
+        # Numbers add up over days; text (e.g. a JSON breakdown by reason) is listed per node, empty ones left out.
         extra = "".join(
-            f', {"sum" if _numeric(type_) else "max"}("{name}") as "{name}"' for name, type_ in quarantine
+            f', sum("{name}") as "{name}"' if _numeric(type_) else _text_list(name)
+            for name, type_ in quarantine
         )
         sql = f"""
             select cluster, node, count(distinct day) as days,
@@ -491,6 +493,11 @@ def _numeric(duckdb_type: str) -> bool:
         "TINYINT", "SMALLINT", "INTEGER", "BIGINT", "HUGEINT", "DOUBLE", "FLOAT", "REAL", "DECIMAL",
         "UBIGINT", "UINTEGER", "USMALLINT", "UTINYINT",
     }  # fmt: skip
+
+
+def _text_list(column: str) -> str:
+    empty = "('', '{}')"
+    return f', string_agg(distinct "{column}", \'; \') filter (where "{column}" not in {empty}) as "{column}"'
 
 
 def frame_csv(frame: pl.DataFrame) -> str:

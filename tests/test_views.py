@@ -161,6 +161,9 @@ def test_stranded_capacity_and_data_quality_equal_the_marts(views: Views, config
     assert dq["expected_gpu_hours"].sum() == pytest.approx(quality["expected_gpu_seconds"].sum() / 3600)
     quarantine = [c for c in quality.columns if "quarantin" in c.lower()]
     assert [c for c in dq.columns if "quarantin" in c.lower()] == quarantine  # whatever exists, by name
+    for column in quarantine:
+        if quality[column].dtype.is_numeric():
+            assert float(dq[column].sum()) == pytest.approx(float(quality[column].sum())), column
 
 
 def test_heatmap_hour_equals_the_samples(views: Views, config: Config) -> None:

@@ -1,0 +1,257 @@
+"""Every dashboard page through Streamlit's AppTest on a warehouse metered by the real Dagster jobs: it renders
+without exception, and the figures it shows equal the marts, recomputed here from the Parquet files."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from decimal import Decimal
+from pathlib import Path
+
+import polars as pl
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from metering.config import IDLE, UNALLOCATED, Config, load_config
+from metering.invoices import Period
+from metering.rightsizing import HolderPeak, advise
+from metering.warehouse import MARTS, Warehouse
+from tests.test_views import build_metered
+
+pytestmark = pytest.mark.slow
+
+APP = Path(__file__).resolve().parent.parent / "dashboards" / "app.py"
+FINANCE_PAGES = [
+    "charges",
+    "budgets",
+    "invoices",
+    "capacity",
+    "mig",
+    "idle",
+    "rightsizing",
+    "data_quality",
+    "usage",
+]
+TENANT_PAGES = ["usage", "charges", "budgets", "invoices", "idle", "rightsizing"]
+
+
+@pytest.fixture(scope="module")
+def config_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_metered(tmp_path_factory.mktemp("dashboard"))
+
+
+@pytest.fixture(scope="module")
+def config(config_path: Path) -> Config:
+    return load_config(config_path)
+
+
+def read(config: Config, zone: str, table: str) -> pl.DataFrame:
+    root = Warehouse.at(config.warehouse.path).root / zone / table
+    return pl.read_parquet(sorted(root.glob("**/data.parquet")), hive_partitioning=False)
+
+
+def usd(amount: Decimal | float) -> str:
+    return f"{Decimal(str(amount)):,.2f} USD"
+
+
+@pytest.fixture
+def app(config_path: Path, monkeypatch: pytest.MonkeyPatch) -> Callable[..., AppTest]:
+    def start(viewer: str = "finance", page: str | None = None) -> AppTest:
+        monkeypatch.setenv("GPUMETER_CONFIG", str(config_path))
+        monkeypatch.setenv("GPUMETER_DASHBOARD_VIEWER", viewer)
+        at = AppTest.from_file(str(APP), default_timeout=120).run()
+        if page is not None:
+            at.switch_page(f"screens/{page}.py").run()
+        assert not at.exception, [e.value for e in at.exception]
+        return at
+
+    return start
+
+
+def metric(at: AppTest, label: str) -> str:
+    return next(m.value for m in at.metric if m.label == label)
+
+
+@pytest.mark.parametrize("page", FINANCE_PAGES)
+def test_every_page_renders_for_finance(app: Callable[..., AppTest], page: str) -> None:
+    at = app("finance", page)
+    assert not at.error, [e.value for e in at.error]
+    assert at.title and at.title[0].value
+    assert any("Local mode" in w.value for w in at.warning)  # labelled: no login configured
+
+
+@pytest.mark.parametrize("page", TENANT_PAGES)
+def test_every_page_renders_for_a_tenant(app: Callable[..., AppTest], page: str) -> None:
+    at = app("tenant:serving", page)
+    assert not at.error, [e.value for e in at.error]
+    assert not [m for m in at.sidebar.multiselect if m.label == "Tenant"]  # no tenant filter to widen
+
+
+def test_a_tenant_has_no_pool_pages(app: Callable[..., AppTest]) -> None:
+    at = app("tenant:serving")
+    for page in ("capacity", "mig", "data_quality"):
+        with pytest.raises(ValueError, match="Could not find a navigation page"):
+            at.switch_page(f"screens/{page}.py")
+
+
+def test_charges_equal_the_mart(app: Callable[..., AppTest], config: Config) -> None:
+    at = app("finance", "charges")
+    daily = read(config, MARTS, "tenant_daily_cost")
+    total = daily["amount"].sum()
+    assert total == read(config, MARTS, "pool_daily_cost")["pool_cost"].sum()  # R13
+    assert metric(at, "Total in scope") == usd(total)
+    billed = daily.filter(~pl.col("tenant").is_in([IDLE, UNALLOCATED]))["amount"].sum()
+    assert metric(at, "Billed to tenants") == usd(billed)
+    shown = at.dataframe[0].value
+    per_tenant = {
+        r["tenant"]: usd(r["amount"]) for r in daily.group_by("tenant").agg(pl.col("amount").sum()).to_dicts()
+    }
+    assert dict(zip(shown["tenant"], shown["amount"], strict=True)) == per_tenant
+
+
+def test_a_tenant_sees_its_own_charges(app: Callable[..., AppTest], config: Config) -> None:
+    at = app("tenant:serving", "charges")
+    daily = read(config, MARTS, "tenant_daily_cost").filter(pl.col("tenant") == "serving")
+    assert metric(at, "Your charges") == usd(daily["amount"].sum())
+    assert list(at.dataframe[0].value["tenant"]) == ["serving"]
+
+
+def test_usage_equals_the_mart(app: Callable[..., AppTest], config: Config) -> None:
+    at = app("tenant:research", "usage")
+    daily = read(config, MARTS, "tenant_daily_cost").filter(pl.col("tenant") == "research")
+    held = float(daily["gpu_seconds"].sum()) / 3600
+    used = float(daily["busy_gpu_seconds"].sum()) / 3600
+    assert metric(at, "GPU-hours held") == f"{held:,.1f}"
+    assert metric(at, "GPU-hours used") == f"{used:,.1f}"
+    assert metric(at, "Efficiency (used ÷ held)") == f"{used / held:.0%}"  # R10
+
+
+def test_budgets_equal_the_mart(app: Callable[..., AppTest], config: Config) -> None:
+    at = app("finance", "budgets")
+    daily = read(config, MARTS, "tenant_daily_cost")
+    shown = at.dataframe[0].value
+    assert list(shown["tenant"]) == [t.name for t in config.tenants]
+    for tenant, spent in zip(shown["tenant"], shown["spent"], strict=True):
+        assert spent == usd(daily.filter(pl.col("tenant") == tenant)["amount"].sum())
+
+
+def test_invoices_are_the_stored_lines_in_scope(app: Callable[..., AppTest], config: Config) -> None:
+    stored = pl.read_parquet(
+        Warehouse.at(config.warehouse.path).root / MARTS / "invoice_lines" / "period=2026-11" / "data.parquet"
+    )
+    assert len(app("finance", "invoices").dataframe[0].value) == stored.height
+    mine = app("tenant:evaluation", "invoices").dataframe[0].value
+    assert set(mine["tenant"]) == {"evaluation"}
+    assert len(mine) == stored.filter(pl.col("tenant") == "evaluation").height
+
+
+def test_capacity_stranded_share_equals_the_mart(app: Callable[..., AppTest], config: Config) -> None:
+    at = app("ops", "capacity")
+    stranded = read(config, MARTS, "stranded_capacity")
+    share = float(stranded.filter(pl.col("is_stranded"))["gpu_seconds"].sum()) / float(
+        stranded["gpu_seconds"].sum()
+    )
+    assert metric(at, "Stranded share") == f"{share:.1%}"  # R11
+    assert len(at.get("plotly_chart")) == 3  # heatmap, by category, by node
+
+
+def test_mig_layout_lists_every_instance_and_remainder(app: Callable[..., AppTest], config: Config) -> None:
+    at = app("ops", "mig")
+    usage = read(config, MARTS, "mig_slice_usage")
+    instances = usage.select("uuid", pl.col("gpu_i_id").fill_null("-"), "mig_profile").unique()
+    assert len(at.dataframe[0].value) == instances.height
+
+
+def test_data_quality_coverage_equals_the_mart(app: Callable[..., AppTest], config: Config) -> None:
+    at = app("ops", "data_quality")
+    quality = read(config, MARTS, "data_quality")
+    coverage = quality["observed_gpu_seconds"].sum() / quality["expected_gpu_seconds"].sum()
+    assert metric(at, "Coverage (observed ÷ expected)") == f"{coverage:.1%}"  # R4
+    unmapped = set(read(config, MARTS, "device_seconds").filter(pl.col("tenant") == UNALLOCATED)["namespace"])
+    assert set(at.dataframe[-1].value["namespace"]) == unmapped  # R7
+
+
+def test_idle_holders_rank_by_cost_as_the_samples_say(app: Callable[..., AppTest], config: Config) -> None:
+    at = app("finance", "idle")
+    categories = read(config, "intermediate", "int_device_categories").filter(
+        pl.col("category") == "allocated_idle"
+    )
+    holders = read(config, "intermediate", "int_device_holders")
+    samples = read(config, "intermediate", "int_device_samples").select(
+        "device_id", "ts_ms", "device_price_per_hour"
+    )
+    idle = (
+        categories.join(holders, on=["device_id", "ts_ms"])
+        .join(samples, on=["device_id", "ts_ms"])
+        .with_columns(
+            (config.scrape_interval_seconds / 3600 * pl.col("device_price_per_hour") * pl.col("share")).alias(
+                "cost"
+            )
+        )
+        .group_by("namespace", "pod")
+        .agg(pl.col("cost").sum())
+        .sort("cost", descending=True)
+    )
+    top = idle.row(0, named=True)
+    shown = at.dataframe[0].value
+    assert (shown["namespace"][0], shown["pod"][0]) == (top["namespace"], top["pod"])
+    assert shown["idle_cost"][0] == usd(round(top["cost"], 6))
+
+
+def test_rightsizing_total_from_the_device_mart(app: Callable[..., AppTest], config: Config) -> None:
+    at = app("ops", "rightsizing")
+    whole = (
+        read(config, MARTS, "device_seconds")
+        .filter(pl.col("mig_profile").is_null())
+        .group_by("cluster", "node", "uuid", "model_name", "gpu_model", "tenant", "namespace", "pod")
+        .agg(
+            (pl.col("gpu_seconds").sum() / 3600).alias("hours"),
+            pl.col("peak_fb_used_mib").max(),
+            pl.col("peak_busy").max(),
+        )
+    )
+    holders = [
+        HolderPeak(r["cluster"], r["node"], r["uuid"], r["model_name"], r["gpu_model"], r["tenant"],
+                   r["namespace"], r["pod"], Decimal(str(r["hours"])), r["peak_fb_used_mib"], r["peak_busy"])
+        for r in whole.to_dicts()
+    ]  # fmt: skip
+    days = read(config, MARTS, "tenant_daily_cost")["day"].n_unique()
+    advice = advise(holders, config, days, len(Period(2026, 11).days()))
+    assert advice, "the demo factory has whole GPUs held by near-idle notebooks"
+    assert metric(at, "Monthly saving if all were right-sized") == usd(sum(a.monthly_saving for a in advice))
+    assert len(at.dataframe[0].value) == len(advice)
+
+
+def test_missing_config_says_to_run_make_demo(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("GPUMETER_CONFIG", str(tmp_path / "absent.yaml"))
+    at = AppTest.from_file(str(APP), default_timeout=60).run()
+    assert not at.exception
+    assert "make demo" in at.error[0].value
+
+
+def test_a_bad_local_viewer_is_one_message(
+    app: Callable[..., AppTest], config_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("GPUMETER_CONFIG", str(config_path))
+    monkeypatch.setenv("GPUMETER_DASHBOARD_VIEWER", "tenant:nobody")
+    at = AppTest.from_file(str(APP), default_timeout=60).run()
+    assert not at.exception
+    assert "no tenant 'nobody'" in at.error[0].value
+    assert not at.dataframe
+
+
+def test_with_oidc_configured_nothing_shows_before_sign_in(
+    config_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("GPUMETER_CONFIG", str(config_path))
+    at = AppTest.from_file(str(APP), default_timeout=60)
+    at.secrets["auth"] = {
+        "redirect_uri": "http://127.0.0.1:8501/oauth2callback",
+        "cookie_secret": "test-only-not-a-secret",
+        "client_id": "gpumeter",
+        "client_secret": "test-only-not-a-secret",
+        "server_metadata_url": "http://127.0.0.1:1/realms/x/.well-known/openid-configuration",
+    }
+    at.run()
+    assert not at.exception
+    assert [b.label for b in at.button] == ["Sign in"]
+    assert not at.dataframe and not at.metric and not at.warning  # no data, and not local mode
