@@ -77,6 +77,10 @@ DCGM_LABEL_COLUMNS: tuple[tuple[str, tuple[str, ...]], ...] = (
 TARGET_LABELS = ("instance", "job")
 
 _HOUR_MS = 3_600_000
+# Series of a metric that the accounting never needs (with `pushdown`): kube-state-metrics writes one 0/1
+# kube_pod_status_phase series per phase at every scrape, and stg_kube_pod_phases only asks "is the
+# Running one 1", so the Running series alone gives the same pod samples and the same answer.
+PUSHDOWN_MATCHERS: dict[str, str] = {"kube_pod_status_phase": 'phase="Running"'}
 _BACKOFF_CAP_S = 30.0
 
 
@@ -181,6 +185,8 @@ class PrometheusRawSource:
         """The PromQL of one window: raw samples of `metric` in (end - window - 1ms, end] or [.., end];
         with `series`, only the series carrying those labels (values escaped: labels come from the server)."""
         parts = [self.selector] if self.selector else []
+        if self.spec.pushdown and metric in PUSHDOWN_MATCHERS:
+            parts.append(PUSHDOWN_MATCHERS[metric])
         parts += [f'{k}="{escape_label_value(v)}"' for k, v in sorted((series or {}).items())]
         matchers = "{" + ",".join(parts) + "}" if parts else ""
         return f"{metric}{matchers}[{window_ms + 1}ms]"

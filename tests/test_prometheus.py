@@ -394,8 +394,25 @@ def test_prometheus_path_equals_parquet_path_on_the_simulated_factory(tmp_path: 
     via_parquet = ParquetRawSource(tmp_path / "source").fetch_day("sim", day, 600_000)
     expected_dcgm = _pulled_part(via_parquet.dcgm, day_start - 600_000)
     assert 0 < expected_dcgm.num_rows < via_parquet.dcgm.num_rows  # TEMP, POWER, zero XID not pulled
+    # Of kube_pod_status_phase only the Running series is pulled (PUSHDOWN_MATCHERS).
+    phases = via_parquet.kube.filter(
+        pa.compute.equal(via_parquet.kube.column("metric"), "kube_pod_status_phase")
+    )
+    not_running = pa.compute.invert(
+        pa.compute.match_substring(via_parquet.kube.column("labels"), '"phase":"Running"')
+    )
+    expected_kube = via_parquet.kube.filter(
+        pa.compute.invert(
+            pa.compute.and_(
+                pa.compute.equal(via_parquet.kube.column("metric"), "kube_pod_status_phase"), not_running
+            )
+        )
+    )
+    assert (
+        phases.num_rows > 0 and expected_kube.num_rows == via_parquet.kube.num_rows - phases.num_rows * 4 // 5
+    )
     for name in ("dcgm", "kube"):
-        a, b = getattr(via_prom, name), expected_dcgm if name == "dcgm" else getattr(via_parquet, name)
+        a, b = getattr(via_prom, name), expected_dcgm if name == "dcgm" else expected_kube
         assert a.schema.equals(b.schema), name
         assert a.num_rows == b.num_rows > 1000, name
         assert a.column("ts_ms").to_pylist()[0] == day_start - 600_000

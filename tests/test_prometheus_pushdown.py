@@ -12,6 +12,7 @@ Against a real Prometheus on 127.0.0.1, backfilled with promtool (tests/promethe
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from datetime import date
 from pathlib import Path
@@ -69,7 +70,26 @@ def _xid2(ts: int) -> float:
     return 79.0 if XID_ON[0] <= ts < XID_ON[1] else 0.0
 
 
+PHASES = ("Pending", "Running", "Succeeded", "Failed", "Unknown")
+
+
+def _phase_of(ts: int) -> str:
+    """Pod p1: Pending until 06:00, Running until 18:00, then Succeeded."""
+    return "Pending" if ts < D0 + 6 * HOUR else "Running" if ts < D0 + 18 * HOUR else "Succeeded"
+
+
+PHASE_SERIES = [
+    sample(
+        "kube_pod_status_phase",
+        {"cluster": "x", "namespace": "ns", "pod": "p1", "uid": "u1", "phase": phase, "job": "ksm"},
+        1.0 if _phase_of(ts) == phase else 0.0,
+        ts,
+    )
+    for phase in PHASES
+    for ts in range(D0, D1, STEP)
+]
 SAMPLES = [
+    *PHASE_SERIES,
     *_day_series(DCGM_XID, _labels("GPU-1"), lambda ts: 0.0),
     *_day_series(DCGM_XID, GPU2, _xid2),
     *_day_series(DCGM_XID, GPU3, lambda ts: 0.0),
@@ -136,6 +156,30 @@ def test_pushdown_moves_fewer_samples_than_the_raw_pull(prom: PrometheusServer) 
     assert raw_src.samples_received == 5 * (2880 + 23)
     assert pushed_src.samples_received == 2 * (2880 + 23) + 1 + 2 * 121
     assert pushed_src.bytes_received < raw_src.bytes_received
+
+
+def _pod_samples(src: PrometheusRawSource) -> dict[tuple[str, int], bool]:
+    """(pod, ts) -> Running, as stg_kube_pod_phases reads it: per pod sample, any Running series at 1."""
+    raw = src.fetch_day("x", DAY, 0)
+    out: dict[tuple[str, int], bool] = {}
+    for row in raw.kube.to_pylist():
+        labels = json.loads(row["labels"])
+        key = (labels["pod"], row["ts_ms"])
+        out[key] = out.get(key, False) or (labels["phase"] == "Running" and row["value"] == 1)
+    return out
+
+
+def test_only_the_running_phase_series_is_pulled_and_says_the_same(prom: PrometheusServer) -> None:
+    def source(pushdown: bool) -> PrometheusRawSource:
+        spec = PrometheusSource(url=prom.url, selector='cluster="x"', pushdown=pushdown)
+        return PrometheusRawSource(spec, "x", dcgm_metrics=(), kube_metrics=("kube_pod_status_phase",))
+
+    full, pushed = source(False), source(True)
+    assert 'phase="Running"' in pushed.query_for("kube_pod_status_phase", 1000)
+    assert _pod_samples(pushed) == _pod_samples(full)  # the same pod samples, the same Running answer
+    running = [ts for (_, ts), is_running in _pod_samples(pushed).items() if is_running]
+    assert running == list(range(D0 + 6 * HOUR, D0 + 18 * HOUR, STEP))  # hand-made: 06:00-18:00
+    assert pushed.samples_received * 5 == full.samples_received  # one series of five
 
 
 # --- PromQL injection (issue 7) ------------------------------------------------------------------
