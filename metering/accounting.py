@@ -255,10 +255,12 @@ def meter_day(
     on_model: Callable[[Model], None] | None = None,
     keep_layers: Collection[str] = LAYERS,
     temp_directory: Path | None = None,
+    profile_dir: Path | None = None,
 ) -> dict[str, pa.Table]:
     """Run every model for one cluster and day. Returns {model name: table} for the models of
     `keep_layers`; the others are computed inside DuckDB and never copied out (they can be 100 M rows
-    at fleet scale). DuckDB spills to `temp_directory` past `warehouse.memory_limit`."""
+    at fleet scale). DuckDB spills to `temp_directory` past `warehouse.memory_limit`. With `profile_dir`, each
+    SQL model's DuckDB query profile (EXPLAIN ANALYZE, as JSON) is written there as <model>.json (bench/)."""
     con = duckdb.connect()
     try:
         con.execute("set threads to 2")
@@ -268,6 +270,9 @@ def meter_day(
             con.execute("set temp_directory = ?", [str(temp_directory)])
         _load_raw(con, raw)
         _set_variables(con, config, cluster, day)
+        if profile_dir is not None:
+            profile_dir.mkdir(parents=True, exist_ok=True)
+            con.execute("set enable_profiling = 'json'")
         results: dict[str, pa.Table] = {}
         with warnings.catch_warnings():
             warnings.simplefilter("default")
@@ -279,6 +284,8 @@ def meter_day(
                     con.execute(f"create temp table {model.name} as select * from {model.name}__arrow")
                     con.unregister(f"{model.name}__arrow")
                 else:
+                    if profile_dir is not None:
+                        con.execute("set profiling_output = ?", [str(profile_dir / f"{model.name}.json")])
                     try:
                         con.execute(f"create temp table {model.name} as {model.sql}")
                     except duckdb.Error as exc:

@@ -1598,7 +1598,7 @@ class DayPart:
     kube: pa.Table
 
 
-def iter_day_parts(spec: FactorySpec, day: date, nodes_per_part: int = 64) -> Iterator[DayPart]:
+def iter_day_parts(spec: FactorySpec, day: date, nodes_per_part: int = 16) -> Iterator[DayPart]:
     """The day of `simulate_day`, node group by node group, so that a 10,000-GPU day (hundreds of millions
     of rows) is never whole in memory. With every node in one part, the part is `simulate_day`'s tables."""
     yield from _iter_parts(_build_ctx(spec, day), nodes_per_part)
@@ -1643,7 +1643,7 @@ def write_parquet(
     spec: FactorySpec,
     out_dir: Path,
     progress: Callable[[date], None] | None = None,
-    nodes_per_part: int = 64,
+    nodes_per_part: int = 16,
     lookback_s: int = 0,
 ) -> None:
     """The "parquet source": raw_dcgm_samples/, raw_kube_samples/ and k8s/ snapshots, one folder per day,
