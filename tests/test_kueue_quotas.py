@@ -1,4 +1,5 @@
-"""Kueue quotas (stg_kueue_queue_samples, mart_queue_quota_usage; docs/tariffs.md) on a hand-made day.
+"""Kueue quotas (stg_kueue_queue_samples, mart_queue_quota_usage; docs/tariffs.md) on a hand-made day, and on
+the simulator's Kueue series.
 
 Δ = 60 s (tests/test_rules.py conventions). Each Kueue gauge sample stands for Δ seconds, as every raw sample
 does (R1), and belongs to the day holding its timestamp (R2).
@@ -6,12 +7,19 @@ does (R1), and belongs to the day holding its timestamp (R2).
 
 from __future__ import annotations
 
+import json
+from dataclasses import replace
+from datetime import timedelta
 from decimal import Decimal
 from typing import Any
 
 import pytest
+import yaml
 
+from metering import simulator
+from metering.accounting import day_bounds_ms, meter_day
 from metering.config import ConfigError, parse_config
+from tests.test_properties import BASE_CONFIG, raw_day
 from tests.test_rules import H100, P1, P2, factory, make_config, meter, one, rows
 
 D = Decimal
@@ -106,3 +114,50 @@ def test_a_queue_listed_by_two_tenants_is_one_clear_error() -> None:
     assert [msg for _, msg in caught.value.problems] == [
         "Kueue ClusterQueue 'cq' is listed by tenants 'a' and 'b'; a queue's quota belongs to one tenant"
     ]
+
+
+def test_the_simulators_kueue_series_through_the_quota_mart() -> None:
+    """The simulator's Kueue gauges (one ClusterQueue per tenant, named after it; `sandbox` is nobody's):
+    each mart figure recomputed independently from the raw samples (value × Δ per in-day sample, R1/R2) and
+    from mart_device_seconds."""
+
+    spec = replace(simulator.demo_spec(), cluster="prop", days=2, scrape_interval_s=300)
+    doc = yaml.safe_load(yaml.safe_dump(BASE_CONFIG.model_dump(mode="json")))
+    doc["scrape_interval_seconds"] = 300
+    for tenant in doc["tenants"]:
+        tenant["kueue_cluster_queues"] = [tenant["name"]]
+    config = parse_config(yaml.safe_dump(doc))
+    day = spec.start + timedelta(days=1)
+    raw = raw_day(spec, day)
+    out = meter_day(raw, config, spec.cluster, day)
+
+    start_ms, end_ms = day_bounds_ms(day)
+    expected: dict[tuple[str, str], Decimal] = {}
+    for row in raw.kube.to_pylist():
+        if row["metric"].startswith("kueue_cluster_queue") and start_ms <= row["ts_ms"] < end_ms:
+            key = (json.loads(row["labels"])["cluster_queue"], row["metric"])
+            expected[key] = expected.get(key, D(0)) + D(str(row["value"])) * 300
+    metered: dict[str, Decimal] = {}
+    for row in out["mart_device_seconds"].to_pylist():
+        metered[row["tenant"]] = metered.get(row["tenant"], D(0)) + row["gpu_seconds"]
+
+    found = out["mart_queue_quota_usage"].to_pylist()
+    assert any(r["tenant"] for r in found) and any(r["tenant"] is None for r in found)  # both kinds seen
+    assert sorted(r["cluster_queue"] for r in found) == sorted({queue for queue, _ in expected})
+    tenants = {t.name for t in config.tenants}
+    for row in found:
+        queue = row["cluster_queue"]
+        assert row["nominal_quota_seconds"] == expected[(queue, "kueue_cluster_queue_nominal_quota")]
+        assert row["used_seconds"] == expected[(queue, "kueue_cluster_queue_resource_usage")]
+        assert row["borrowing_limit_seconds"] == expected[(queue, "kueue_cluster_queue_borrowing_limit")]
+        assert row["used_seconds"] <= row["nominal_quota_seconds"] and row["borrowed_seconds"] == 0
+        assert (row["cohort"], row["flavor"], row["resource"]) == (
+            "ai-factory",
+            "default-flavor",
+            "nvidia.com/gpu",
+        )
+        if queue in tenants:
+            assert row["tenant"] == queue
+            assert row["tenant_metered_gpu_seconds"] == metered.get(queue, D(0))
+        else:
+            assert row["tenant"] is None and row["tenant_metered_gpu_seconds"] is None
