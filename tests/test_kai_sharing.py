@@ -21,6 +21,8 @@ from pathlib import Path
 
 import pytest
 import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from test_rules import H100, IDLE, UNALLOCATED, D, charges, factory, holder, make_config, meter, rows
 
 from metering import simulator
@@ -196,3 +198,45 @@ def test_the_simulated_kai_gpu_is_billed_to_its_running_fractional_pods(tmp_path
         assert got[pod] == pytest.approx(seconds, abs=Decimal("1e-9")), pod
     tenants = {r["tenant"] for r in out["mart_device_seconds"].to_pylist() if r["node"] == kai_node}
     assert tenants == {"serving", "ml-training", "research", UNALLOCATED}
+
+
+# --- property: any fractions, any Running pattern ------------------------------------------------
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    fractions=st.lists(st.integers(1, 150), min_size=1, max_size=3),
+    running=st.lists(st.lists(st.booleans(), min_size=3, max_size=3), min_size=3, max_size=3),
+)
+def test_r6_r13_kai_shares_follow_the_declared_fractions_of_running_members(
+    fractions: list[int], running: list[list[bool]]
+) -> None:
+    """share: requested, members m with gpu-fraction f_m (percent) Running at some of 3 samples: each
+    sample gives m 60 × f_m / max(1, Σ running f), the reservation pod 60 when nobody runs, and R13 holds
+    (`meter` checks it)."""
+    f = factory().gpu("n1", "GPU-K", H100)
+    f.samples("GPU-K", range(3), util=60, pod=RESERVATION)
+    f.pod_labels(RESERVATION[0], RESERVATION[1], {"runai-gpu-group": GROUP})
+    members = [(f"ns-{'ab'[i % 2]}", f"m{i}") for i in range(len(fractions))]
+    for (namespace, pod), percent, pattern in zip(members, fractions, running, strict=False):
+        f.pod_labels(namespace, pod, {"runai-gpu-group": GROUP})
+        f.pod_annotations(namespace, pod, {"gpu-fraction": str(Decimal(percent) / 100)})
+        for index, is_running in enumerate(pattern):
+            f.pod_phase(namespace, pod, index, "Running" if is_running else "Pending")
+    out = meter(f, make_config(share="requested"))
+    want: dict[str, Decimal] = defaultdict(Decimal)
+    for index in range(3):
+        up = [
+            (pod, Decimal(p) / 100)
+            for (_, pod), p, pattern in zip(members, fractions, running, strict=False)
+            if pattern[index]
+        ]
+        if not up:
+            want[RESERVATION[1]] += 60
+        total = max(Decimal(1), sum((x for _, x in up), Decimal(0)))
+        for pod, x in up:
+            want[pod] += 60 * x / total
+    got = {r["pod"]: r["device_seconds"] for r in out["mart_device_seconds"].to_pylist()}
+    assert got.keys() == {pod for pod, seconds in want.items() if seconds}
+    for pod, seconds in got.items():
+        assert seconds == pytest.approx(want[pod], abs=Decimal("1e-9")), pod
