@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from metering.config import IDLE, ConfigError, parse_config
+from metering.invoices import Period, build_invoice_lines
 from tests.test_rules import (
     A100,
     H100,
@@ -252,3 +253,24 @@ def test_tariff_config_problems_are_one_clear_message(text: str, message: str) -
         parse_config(base + text, source="t.yaml")
     assert len(caught.value.problems) == 1
     assert message in caught.value.problems[0][1]
+
+
+# --- through the invoice (R12, R14) ---------------------------------------------------------------
+
+
+def test_hybrid_with_energy_on_the_invoice_unit_prices_and_reconciliation() -> None:
+    """Invoice lines of the shared day under hybrid 0.4 with energy at 0.36/kWh: the reserved line's unit
+    price is 0.4 × 3.60 per held GPU-hour, the usage line's 0.6 × 3.60 per busy GPU-hour, the energy line
+    bills kWh; the lines sum to the pool cost (R13)."""
+    config = energy_config("hybrid")
+    out = meter(shared_day(energy=True), config)
+    lines = build_invoice_lines(out["mart_tenant_daily_cost"], config, Period(2026, 11)).to_pylist()
+    team_a = {line["charge_type"]: line for line in lines if line["tenant"] == "team-a"}
+    # gpu_hours are shown to 9 places: 600 s held = 0.166666667 h, 300 s busy = 0.083333333 h.
+    assert team_a["reserved"]["gpu_hours"] == D("0.166666667") and team_a["reserved"]["unit_price"] == D(
+        "1.44"
+    )
+    assert team_a["usage"]["gpu_hours"] == D("0.083333333") and team_a["usage"]["unit_price"] == D("2.16")
+    assert team_a["energy"]["amount"] == D("0.06")
+    assert team_a["energy"]["energy_kwh"] == D("0.166666667")  # 600,000 J = 1/6 kWh, to 9 places
+    assert sum((line["amount_unrounded"] for line in lines), D(0)) == pool_cost(out) == D("1.32")
