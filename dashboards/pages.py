@@ -32,8 +32,10 @@ def _floats(frame: pl.DataFrame, *columns: str) -> pl.DataFrame:
     return frame.with_columns(pl.col(c).cast(pl.Float64) for c in columns if c in frame.columns)
 
 
-def _chart(fig: go.Figure, key: str) -> None:
+def _chart(fig: go.Figure, key: str, daily: bool = False) -> None:
     fig.update_layout(margin={"l": 10, "r": 10, "t": 40, "b": 10}, legend_title_text="")
+    if daily:  # one tick per UTC day, not the hours plotly would invent between two days
+        fig.update_xaxes(dtick=86_400_000, tickformat="%b %d")
     st.plotly_chart(fig, key=key)
 
 
@@ -73,6 +75,7 @@ def charges(ctx: Context) -> None:
                 labels={"amount": ctx.config.currency, "day": ""},
             ),
             "charges-daily",
+            daily=True,
         )
     history = ctx.views.monthly_charges(ctx.viewer, ctx.filters)
     st.subheader("Over time (every stored period)")
@@ -118,17 +121,23 @@ def budgets(ctx: Context) -> None:
         st.warning(f"Forecast over budget this period: {', '.join(over)}")
     table(ctx, frame, "budgets", money=("budget", "spent", "remaining", "forecast", "forecast_over"))
     fig = go.Figure()
-    for status in statuses:
-        if not status.cumulative:
-            continue
+    palette = px.colors.qualitative.Plotly
+    for index, status in enumerate(s for s in statuses if s.cumulative):
+        color = palette[index % len(palette)]  # a tenant's spend and budget share a color
         days = [d for d, _ in status.cumulative]
-        fig.add_scatter(x=days, y=[float(v) for _, v in status.cumulative], name=f"{status.tenant} spent")
+        fig.add_scatter(
+            x=days,
+            y=[float(v) for _, v in status.cumulative],
+            name=f"{status.tenant} spent",
+            line={"color": color},
+        )
         if status.budget is not None:
             fig.add_scatter(
                 x=[ctx.filters.period.start, ctx.filters.period.days()[-1]],
                 y=[float(status.budget)] * 2,
                 name=f"{status.tenant} budget",
-                line={"dash": "dot"},
+                line={"dash": "dot", "color": color},
+                mode="lines",
             )
     fig.update_layout(
         title=f"Cumulative spend against budget ({ctx.config.currency})", yaxis_title=ctx.config.currency
@@ -220,8 +229,9 @@ def usage(ctx: Context) -> None:
             markers=True,
             title="GPU-hours held per day",
             labels={"gpu_hours": "GPU-hours", "day": ""},
-        ),
+        ).update_yaxes(rangemode="tozero"),
         "usage-daily",
+        daily=True,
     )
     _chart(
         px.line(
@@ -232,8 +242,9 @@ def usage(ctx: Context) -> None:
             markers=True,
             title="Efficiency per day (used ÷ held GPU-hours)",
             labels={"efficiency": "efficiency", "day": ""},
-        ).update_yaxes(tickformat=".0%"),
+        ).update_yaxes(tickformat=".0%", range=[0, 1]),
         "usage-efficiency",
+        daily=True,
     )
     table(ctx, ctx.views.usage_by_model(ctx.viewer, ctx.filters), "usage_by_model", money=("amount",))
 
@@ -443,21 +454,21 @@ def data_quality(ctx: Context) -> None:
         st.info("No data-quality rows for these filters.")
         return
     observed, expected = quality["observed_gpu_hours"].sum(), quality["expected_gpu_hours"].sum()
-    cols = st.columns(2)
-    cols[0].metric("Coverage (observed ÷ expected)", f"{observed / expected:.1%}" if expected else "—")
-    cols[1].metric("Unobserved GPU-hours (not billed)", f"{quality['unobserved_gpu_hours'].sum():,.1f}")
+    figures = [
+        ("Coverage (observed ÷ expected)", f"{observed / expected:.1%}" if expected else "—"),
+        ("Unobserved GPU-hours (not billed)", f"{quality['unobserved_gpu_hours'].sum():,.1f}"),
+    ]
     # Whatever quarantine columns the mart has (the pipeline may add more): numeric ones as figures.
-    quarantine = [c for c in quality.columns if "quarantin" in c.lower() and quality[c].dtype.is_numeric()]
-    for column in quarantine:
-        label = column.replace("_", " ").capitalize()
-        if column.endswith("_seconds"):
-            st.metric(label.replace("seconds", "hours"), f"{float(quality[column].sum()) / 3600:,.1f}")
-        else:
-            st.metric(label, f"{float(quality[column].sum()):,.0f}")
+    for column in [c for c in quality.columns if "quarantin" in c.lower() and quality[c].dtype.is_numeric()]:
+        label = column.replace("_", " ").capitalize().replace("gpu seconds", "GPU-hours")
+        scale = 3600 if column.endswith("_seconds") else 1
+        figures.append((label, f"{float(quality[column].sum()) / scale:,.{1 if scale > 1 else 0}f}"))
+    for col, (label, value) in zip(st.columns(len(figures)), figures, strict=True):
+        col.metric(label, value)
     table(ctx, quality, "data_quality")
     st.subheader("Days with no metered data")
     table(ctx, ctx.views.coverage_gaps(ctx.viewer, ctx.filters), "coverage_gaps")
-    st.subheader("Unmapped namespaces (charged to __unallocated__, R7)")
+    st.subheader("Unmapped namespaces (charged to `__unallocated__`, R7)")
     table(
         ctx, ctx.views.unmapped_namespaces(ctx.viewer, ctx.filters), "unmapped_namespaces", money=("amount",)
     )

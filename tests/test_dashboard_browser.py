@@ -54,6 +54,11 @@ TENANT = {
     "rightsizing": "MIG right-sizing",
 }
 
+# Drawn: the script run is over (no status widget), no element still a skeleton, every table on its canvas.
+PAGE_DRAWN = """() => !document.querySelector('[data-testid=stStatusWidget]')
+    && !document.querySelector('[data-testid=stSkeleton]')
+    && [...document.querySelectorAll('[data-testid=stDataFrame]')].every(t => t.querySelector('canvas'))"""
+
 playwright = pytest.importorskip("playwright.sync_api")
 if not Path(CHROMIUM).exists():  # .ci/run installs it; locally: apt-get install chromium chromium-driver
     pytest.skip("the Debian chromium package is not installed", allow_module_level=True)
@@ -111,7 +116,9 @@ def visit_every_page(url: str, pages: dict[str, str], shot_prefix: str) -> list[
             heading.first.wait_for(timeout=120_000)
             page.wait_for_load_state("networkidle")
             page.locator("[data-testid=stSpinner]").first.wait_for(state="detached", timeout=120_000)
-            page.wait_for_timeout(1500)  # plotly draws after the element arrives
+            # Tables draw on a canvas after their data arrives, plotly after its element: wait for both.
+            page.wait_for_function(PAGE_DRAWN, timeout=120_000)
+            page.wait_for_timeout(2000)
             name = path or "home"
             page.screenshot(path=str(ARTIFACTS / f"{shot_prefix}-{name}.png"), full_page=True)
             for selector, what in (
