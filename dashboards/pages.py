@@ -3,7 +3,6 @@ metering/views.py returns for that viewer: no page filters rows by itself."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from decimal import Decimal
 
 import plotly.express as px
@@ -14,7 +13,9 @@ import streamlit as st
 from dashboards.common import Context, table
 from metering.budgets import budget_status
 from metering.config import IDLE, UNALLOCATED
-from metering.invoices import invoice_csv
+from metering.focus import focus_csv
+from metering.invoice_document import render_invoice
+from metering.invoices import billed_tenants, invoice_csv, tenant_lines
 from metering.rightsizing import HolderPeak, advise
 
 CATEGORY_COLORS = {
@@ -148,57 +149,63 @@ def budgets(ctx: Context) -> None:
 def invoices(ctx: Context) -> None:
     st.title(f"Invoices — {ctx.filters.period}")
     lines = ctx.views.invoice_lines(ctx.viewer, ctx.filters)
-    if lines.num_rows == 0:
+    status = ctx.views.invoice_status(ctx.filters)
+    if lines.num_rows == 0 or status is None:
         st.info("No invoice lines stored for this period yet: the monthly invoice job writes them.")
         return
+    if status.closed:  # R16: a closed period's lines never change
+        st.success(f"Closed {status.closed_at or ''} — content hash `{status.content_hash[:16]}…`")
+    else:
+        st.info("Draft: the period is open; its lines change as days are metered or re-run.")
     frame = pl.from_arrow(lines)
     assert isinstance(frame, pl.DataFrame)
-    shown = frame.drop([c for c in ("amount_unrounded",) if c in frame.columns])
-    st.dataframe(ctx.money_column(shown, "amount"), hide_index=True, width="stretch")
-    scope = "all" if ctx.viewer.sees_all_tenants and not ctx.filters.tenants else "scoped"
-    name = f"invoice_lines_{ctx.filters.period}_{scope if ctx.viewer.sees_all_tenants else ctx.viewer.tenant}"
-    st.download_button(
-        "Download invoice lines (CSV)",
-        invoice_csv(lines, ctx.config.minor_unit),
-        file_name=f"{name}.csv",
-        mime="text/csv",
-        key="dl-invoice-lines",
-        on_click="ignore",
+    shown = frame.drop(
+        [c for c in frame.columns if c == "amount_unrounded" or frame[c].null_count() == frame.height]
     )
-    _other_exports(ctx, lines, name)
-    tenants = [t for t in dict.fromkeys(frame["tenant"].to_list()) if t not in (IDLE, UNALLOCATED)]
-    if ctx.viewer.sees_all_tenants and len(tenants) > 1:
+    st.dataframe(ctx.money_column(shown, "amount"), hide_index=True, width="stretch")
+    period, minor = ctx.filters.period, ctx.config.minor_unit
+    scope = (
+        ctx.viewer.tenant
+        if not ctx.viewer.sees_all_tenants
+        else ("all" if not ctx.filters.tenants else "selected")
+    )
+    left, middle, _ = st.columns(3)
+    with left:
+        _download(
+            "Invoice lines (CSV)",
+            invoice_csv(lines, minor),
+            f"invoice_lines_{period}_{scope}.csv",
+            "text/csv",
+        )
+    with middle:  # the FOCUS 1.2 export of the same lines (output contract)
+        _download(
+            "FOCUS 1.2 (CSV)", focus_csv(lines, ctx.config, period), f"focus_{period}_{scope}.csv", "text/csv"
+        )
+    tenants = billed_tenants(lines)
+    if tenants:
         st.subheader("Per tenant")
-        for tenant in tenants:
-            one = lines.filter(pl.Series([t == tenant for t in frame["tenant"].to_list()]).to_arrow())
-            st.download_button(
-                f"{tenant} (CSV)",
-                invoice_csv(one, ctx.config.minor_unit),
-                file_name=f"invoice_lines_{ctx.filters.period}_{tenant}.csv",
-                mime="text/csv",
-                key=f"dl-invoice-{tenant}",
-                on_click="ignore",
+    for tenant in tenants:
+        csv_col, html_col, _ = st.columns(3)
+        with csv_col:
+            _download(
+                f"{tenant}: lines (CSV)",
+                invoice_csv(tenant_lines(lines, tenant), minor),
+                f"invoice_lines_{period}_{tenant}.csv",
+                "text/csv",
+            )
+        with html_col:
+            _download(
+                f"{tenant}: invoice (HTML)",
+                render_invoice(lines, ctx.config, period, tenant, status),
+                f"tenant_invoice_{period}_{tenant}.html",
+                "text/html",
             )
 
 
-def _other_exports(ctx: Context, lines: object, name: str) -> None:
-    """FOCUS and HTML exports, where metering/invoices.py offers them (another change adds them)."""
-    from metering import invoices as invoice_module
-
-    for label, attr, ext, mime in (
-        ("FOCUS export (CSV)", "focus_csv", "focus.csv", "text/csv"),
-        ("Invoice (HTML)", "invoice_html", "html", "text/html"),
-    ):
-        export: Callable[..., str] | None = getattr(invoice_module, attr, None)
-        if export is None:
-            continue
-        try:
-            data = export(lines, ctx.config)
-        except TypeError:
-            continue  # a signature this page does not know yet: offer nothing rather than fail
-        st.download_button(
-            label, data, file_name=f"{name}.{ext}", mime=mime, key=f"dl-{attr}", on_click="ignore"
-        )
+def _download(label: str, data: str, file_name: str, mime: str) -> None:
+    st.download_button(
+        label, data, file_name=file_name, mime=mime, key=f"dl-{label}-{file_name}", on_click="ignore"
+    )
 
 
 # --- usage (every role; a tenant sees its own) -----------------------------------------------------

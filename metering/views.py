@@ -22,7 +22,8 @@ import polars as pl
 import pyarrow as pa
 
 from metering.config import IDLE, UNALLOCATED, Config
-from metering.invoices import INVOICE_SCHEMA, Period, iso_utc, neutralize
+from metering.invoices import INVOICE_SCHEMA, Period, neutralize
+from metering.periods import Status, status_of, stored_lines
 from metering.warehouse import Warehouse
 
 Role = Literal["finance", "ops", "tenant"]
@@ -135,6 +136,7 @@ class Views:
 
     def __init__(self, warehouse: Warehouse, config: Config):
         self.config = config
+        self.warehouse = warehouse
         self.con = warehouse.connect()
         self.con.execute("set TimeZone = 'UTC'")  # days and hours are UTC (R2)
         self.tables = {row[0] for row in self.con.execute("select view_name from duckdb_views()").fetchall()}
@@ -263,18 +265,28 @@ class Views:
         return self.con.sql(sql, params=where.params).to_arrow_table()
 
     def invoice_lines(self, viewer: Viewer, filters: Filters) -> pa.Table:
-        """The period's stored invoice lines (R14) in scope; cluster does not apply (lines are per pool)."""
-        where = self._where(viewer, filters, day_col=None, cluster_col=None)
-        where.add("period_start = ?", iso_utc(filters.period.start))
-        if "invoice_lines" not in self.tables:
+        """The period's lines of record (R14; the closed copy once the period is closed, R16), in scope.
+        Cluster does not apply: lines are per pool."""
+        stored = stored_lines(self.warehouse, str(filters.period))
+        if stored is None:
             return INVOICE_SCHEMA.empty_table()
-        sql = f"select * from invoice_lines where {where.sql}"
-        stored = self.con.sql(sql, params=where.params).to_arrow_table()
-        # Files written before a column was added to the invoice schema read back with it empty.
-        for column in INVOICE_SCHEMA:
-            if column.name not in stored.column_names:
-                stored = stored.append_column(column, pa.nulls(stored.num_rows, column.type))
-        return stored.select(INVOICE_SCHEMA.names).cast(INVOICE_SCHEMA)
+        where = self._where(viewer, filters, day_col=None, cluster_col=None)
+        # Scoped in SQL like every other view; the row number keeps the invoice's line order.
+        self.con.register(
+            "lines_of_record", stored.append_column("line_no", pa.array(range(stored.num_rows)))
+        )
+        try:
+            sql = f"select * exclude (line_no) from lines_of_record where {where.sql} order by line_no"
+            return self.con.sql(sql, params=where.params).to_arrow_table().cast(INVOICE_SCHEMA)
+        finally:
+            self.con.unregister("lines_of_record")
+
+    def invoice_status(self, filters: Filters) -> Status | None:
+        """Closed (with its content hash) or draft: the same for every viewer, it names no tenant."""
+        stored = stored_lines(self.warehouse, str(filters.period))
+        if stored is None:
+            return None
+        return status_of(self.warehouse, str(filters.period), stored, self.config.minor_unit)
 
     # --- platform ops --------------------------------------------------------------------------
     def gpu_hourly_heatmap(self, viewer: Viewer, filters: Filters) -> pl.DataFrame:

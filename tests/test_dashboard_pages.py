@@ -139,9 +139,17 @@ def test_invoices_are_the_stored_lines_in_scope(app: Callable[..., AppTest], con
         Warehouse.at(config.warehouse.path).root / MARTS / "invoice_lines" / "period=2026-11" / "data.parquet"
     )
     assert len(app("finance", "invoices").dataframe[0].value) == stored.height
-    mine = app("tenant:evaluation", "invoices").dataframe[0].value
+    at = app("tenant:evaluation", "invoices")
+    mine = at.dataframe[0].value
     assert set(mine["tenant"]) == {"evaluation"}
     assert len(mine) == stored.filter(pl.col("tenant") == "evaluation").height
+    labels = [button.proto.label for button in at.get("download_button")]
+    assert labels == [
+        "Invoice lines (CSV)",
+        "FOCUS 1.2 (CSV)",
+        "evaluation: lines (CSV)",
+        "evaluation: invoice (HTML)",
+    ]
 
 
 def test_capacity_stranded_share_equals_the_mart(app: Callable[..., AppTest], config: Config) -> None:
