@@ -64,14 +64,27 @@ def pool_summary(warehouse: Warehouse, first_day: date, last_day: date) -> PoolS
         "select coalesce(sum(unobserved_gpu_seconds), 0) / 3600 from data_quality where day between ? and ?",
         params,
     ).fetchone()[0]
+    # Held and busy GPU-hours come from device_seconds: a tenant_daily_cost line's gpu_seconds is what that
+    # line bills (busy hours on `usage` lines, none on `energy`), so summing lines would mix them under the
+    # `used` and `hybrid` tariffs. __idle__ holds what no one held: observed minus held (R4, R9).
     rows = con.execute(
         """
-        select tenant, any_value(cost_center), sum(gpu_seconds) / 3600, sum(busy_gpu_seconds) / 3600, sum(amount)
-        from tenant_daily_cost where day between ? and ?
-        group by tenant
-        order by case tenant when ? then 1 when ? then 2 else 0 end, tenant
+        with charges as (
+            select tenant, any_value(cost_center) as cost_center, sum(amount) as amount
+            from tenant_daily_cost where day between ? and ? group by tenant
+        ),
+        held as (
+            select tenant, sum(gpu_seconds) / 3600 as gpu_hours, sum(busy_gpu_seconds) / 3600 as busy_hours
+            from device_seconds where day between ? and ? group by tenant
+        )
+        select c.tenant, c.cost_center,
+               case when c.tenant = ? then ? - (select coalesce(sum(gpu_hours), 0) from held)
+                    else coalesce(h.gpu_hours, 0) end,
+               coalesce(h.busy_hours, 0), c.amount
+        from charges as c left join held as h on h.tenant = c.tenant
+        order by case c.tenant when ? then 1 when ? then 2 else 0 end, c.tenant
         """,
-        [*params, UNALLOCATED, IDLE],
+        [*params, *params, IDLE, observed, UNALLOCATED, IDLE],
     ).fetchall()
     categories = dict(
         con.execute(
