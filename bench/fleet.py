@@ -51,6 +51,7 @@ class Measure:
     wall_s: float
     samples: int
     peak_rss_mib: float = 0.0
+    cpu_s: float = 0.0  # user + system CPU of the whole child (start-up included): robust to a busy machine
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -224,6 +225,39 @@ def step_rollup(ws: Workspace) -> Measure:
     )
 
 
+DASHBOARD_PAGES = (
+    "charges",
+    "budgets",
+    "invoices",
+    "capacity",
+    "mig",
+    "idle",
+    "rightsizing",
+    "data_quality",
+    "usage",
+)
+
+
+def step_dashboard(ws: Workspace) -> Measure:
+    """Every finance page of the Streamlit app over the workspace's marts, through Streamlit's AppTest (the
+    server-side script run of a page view). wall_s is the slowest page; samples: mart rows on disk."""
+    from streamlit.testing.v1 import AppTest
+
+    os.environ["GPUMETER_CONFIG"] = str(ws.config_path)
+    os.environ["GPUMETER_DASHBOARD_VIEWER"] = "finance"
+    app = str(REPO / "dashboards" / "app.py")
+    at = AppTest.from_file(app, default_timeout=600).run()  # first run: imports, not a page view
+    pages: dict[str, float] = {}
+    for page in DASHBOARD_PAGES:
+        started = time.perf_counter()
+        at.switch_page(f"screens/{page}.py").run()
+        pages[page] = round(time.perf_counter() - started, 3)
+        if at.exception:
+            raise SystemExit(f"dashboard page {page} failed: {[e.value for e in at.exception]}")
+    marts = _rows(sorted((ws.warehouse / "marts").glob("*/cluster=*/day=*/data.parquet")))
+    return Measure("dashboard", ws.gpus, max(pages.values()), marts, extra={"pages": pages})
+
+
 # --- Prometheus (d), (e) ------------------------------------------------------------------------
 
 
@@ -387,6 +421,7 @@ def run_child(step: str, ws: Workspace, *extra: str) -> Measure:
         raise SystemExit(f"bench step {step} failed (exit {process.returncode}): {' '.join(cmd)}")
     measure = Measure(**json.loads(result_file.read_text(encoding="utf-8")))
     measure.peak_rss_mib = usage.ru_maxrss / 1024
+    measure.cpu_s = usage.ru_utime + usage.ru_stime
     return measure
 
 
@@ -440,9 +475,17 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     measures: list[Measure] = report["measures"]
 
     def measure(step: str, ws: Workspace, *extra: str) -> Measure:
-        say(f"{step} {ws.gpus} GPUs {' '.join(extra)}")
-        m = run_child(step, ws, *extra)
-        say(f"  {m.wall_s:.2f} s, {m.peak_rss_mib:.0f} MiB, {m.samples:,} samples")
+        kept = ws.root / ".generate.done.json"
+        if step == "generate" and args.reuse and kept.exists():  # raw files of an earlier run, same spec
+            m = Measure(**json.loads(kept.read_text(encoding="utf-8")))
+            m.extra["reused"] = True
+            say(f"generate {ws.gpus} GPUs: reusing the raw files of {kept}")
+        else:
+            say(f"{step} {ws.gpus} GPUs {' '.join(extra)}")
+            m = run_child(step, ws, *extra)
+            say(f"  {m.wall_s:.2f} s, {m.cpu_s:.1f} CPU s, {m.peak_rss_mib:.0f} MiB, {m.samples:,} samples")
+            if step == "generate":
+                kept.write_text(json.dumps(asdict(m)), encoding="utf-8")
         measures.append(m)
         return m
 
@@ -471,6 +514,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         for day in month.day_list:
             measure("meter", month, "--day", day.isoformat())
         measure("rollup", month)
+        measure("dashboard", month)
     if args.prom_gpus:
         from metering.promserver import PrometheusServer, binaries_available
 
@@ -511,6 +555,7 @@ def child(args: argparse.Namespace) -> None:
         "single_pass": lambda: step_single_pass(ws, day),
         "pandas": lambda: step_pandas(ws, day),
         "rollup": lambda: step_rollup(ws),
+        "dashboard": lambda: step_dashboard(ws),
         "promql": lambda: step_promql(ws, args.url, day),
         "prom_pull": lambda: step_prom_pull(ws, args.url, day),
         "bare_http": lambda: step_bare_http(ws, args.url, Path(args.requests), 4),
@@ -533,6 +578,9 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--month-days", type=int, default=30)
     r.add_argument("--prom-gpus", type=int, default=200, help="fleet backfilled into Prometheus; 0 skips")
     r.add_argument("--repeat", type=int, default=1)
+    r.add_argument(
+        "--reuse", action="store_true", help="keep a workspace's generated raw files from an earlier run"
+    )
     r.set_defaults(func=lambda a: _write_report(run(a), Path(a.out)))
     s = sub.add_parser("step", help="one measured step (run by `run` in a child process)")
     s.add_argument("step")
