@@ -318,7 +318,7 @@ class Config(_Model):
     tenants: list[Tenant] = Field(default_factory=list)
     share: Literal["equal", "requested"] = Field(
         "equal",
-        description="R6: split a shared device equally, or by the holders' declared fractions (HAMi gpucores).",
+        description="R6: split a shared device equally, or by the holders' declared fractions (HAMi gpucores, KAI gpu-fraction).",
     )
     idle_policy: Literal["platform", "proportional"] = "platform"
     tariff: Literal["reserved", "used", "hybrid"] = Field(
