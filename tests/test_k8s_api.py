@@ -12,6 +12,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlparse
 
+# The kubeconfig path needs the `kubernetes` package: pinned in requirements.lock, so its absence fails here.
+import kubernetes  # noqa: F401
 import pytest
 
 from metering import simulator
@@ -19,8 +21,6 @@ from metering.config import PrometheusSource
 from metering.k8s_objects import parse_resource_claims, parse_resource_slices
 from metering.prometheus import PrometheusRawSource
 from metering.sources import SourceError
-
-pytest.importorskip("kubernetes", reason="the k8s extra (pinned in requirements.lock)")
 
 TOKEN = "k8s-test-token"
 SPEC = simulator.FactorySpec(

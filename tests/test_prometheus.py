@@ -590,19 +590,6 @@ def test_concurrent_queries_are_capped() -> None:
     assert len(server.requests) == 8 and state["max"] == 2
 
 
-def test_kubeconfig_without_the_kubernetes_package_says_what_to_install(tmp_path: Path) -> None:
-    try:
-        import kubernetes  # noqa: F401
-    except ImportError:
-        pass
-    else:
-        pytest.skip("the kubernetes package is installed")
-    with FaultServer(lambda n, _: Reply(200, ONE)) as server:
-        src = source(server.url, kubeconfig=str(tmp_path / "kubeconfig"), **ONE_QUERY)
-        with pytest.raises(SourceError, match="pip install kubernetes"):
-            src.fetch_day("c", DAY, 0)
-
-
 # --- the server helper itself ----------------------------------------------------------------
 
 
