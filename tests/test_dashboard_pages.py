@@ -16,6 +16,7 @@ from metering.invoices import Period
 from metering.rightsizing import HolderPeak, advise
 from metering.warehouse import MARTS, Warehouse
 from tests.test_views import build_metered
+from tests.test_views import stored as read
 
 pytestmark = pytest.mark.slow
 
@@ -42,11 +43,6 @@ def config_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def config(config_path: Path) -> Config:
     return load_config(config_path)
-
-
-def read(config: Config, zone: str, table: str) -> pl.DataFrame:
-    root = Warehouse.at(config.warehouse.path).root / zone / table
-    return pl.read_parquet(sorted(root.glob("**/data.parquet")), hive_partitioning=False)
 
 
 def usd(amount: Decimal | float) -> str:

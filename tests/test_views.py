@@ -67,10 +67,14 @@ def views(config: Config) -> Views:
     return Views(Warehouse.at(config.warehouse.path), config)
 
 
-def mart(config: Config, table: str) -> pl.DataFrame:
-    """A mart read straight from its Parquet files, independently of DuckDB."""
-    root = Warehouse.at(config.warehouse.path).root / MARTS / table
+def stored(config: Config, zone: str, table: str) -> pl.DataFrame:
+    """A stored table read straight from its Parquet files, independently of DuckDB."""
+    root = Warehouse.at(config.warehouse.path).root / zone / table
     return pl.read_parquet(sorted(root.glob("**/data.parquet")), hive_partitioning=False)
+
+
+def mart(config: Config, table: str) -> pl.DataFrame:
+    return stored(config, MARTS, table)
 
 
 # --- who is the viewer -------------------------------------------------------------------------------
