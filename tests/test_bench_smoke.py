@@ -1,0 +1,81 @@
+"""The fleet benchmark harness on a tiny fleet (CI): every step runs and reports; the pandas comparison
+computes what its rules say, by hand. The benchmark itself runs outside CI (bench/README.md)."""
+
+from __future__ import annotations
+
+import json
+from datetime import date
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from bench import fleet
+from bench.pandas_meter import cost_by_namespace
+from metering.accounting import day_bounds_ms
+from metering.promserver import binaries_available
+from tests.builders import FactoryBuilder
+
+DAY = date(2026, 11, 1)
+H100 = "NVIDIA H100 80GB HBM3"
+
+
+def test_pandas_comparison_applies_r1_r3_r6_r8_by_hand(tmp_path: Path) -> None:
+    b = FactoryBuilder("c1", DAY).gpu("n1", "GPU-a", H100).gpu("n1", "GPU-b", H100)
+    b.samples("GPU-a", [0, 1, 2], gr=0.5, pod=("ns-a", "p1", "c"))  # R1: 3 samples x 30 s, whole GPU
+    b.sample("GPU-b", 0, gr=0.2, pod=("ns-b", "p2", "c"), gpu_i_id="1", profile="3g.40gb")  # R3: 3/7
+    b.sample("GPU-b", 0, gr=0.9, gpu_i_id="2", profile="4g.40gb")  # unheld: nobody pays it here
+    b.sample("GPU-a", 3, gr=0.5, pod=("ns-a", "p1", "c"), vgpu="0")  # R6: two holders share one sample
+    b.sample("GPU-a", 3, gr=0.5, pod=("ns-b", "p3", "c"), vgpu="1")
+    b.sample("GPU-a", 2880, gr=0.5, pod=("ns-a", "p1", "c"))  # the next day's midnight: not this day (R2)
+    path = tmp_path / "dcgm.parquet"
+    pq.write_table(b.build().dcgm, path)
+    start_ms, end_ms = day_bounds_ms(DAY)
+    got = cost_by_namespace([path], start_ms, end_ms, 30.0, {H100: 3.60})
+    by_ns = {row.namespace: (row.gpu_seconds, row.cost) for row in got.itertuples()}
+    # ns-a: 3 x 30 s + 30 s / 2 = 105 GPU-s; ns-b: 30 x 3/7 + 30 / 2 = 27.857142... GPU-s; $3.60/h = $0.001/s.
+    assert by_ns["ns-a"] == pytest.approx((105.0, 0.105))
+    assert by_ns["ns-b"] == pytest.approx((30 * 3 / 7 + 15.0, (30 * 3 / 7 + 15.0) * 0.001))
+    assert set(by_ns) == {"ns-a", "ns-b"}
+
+
+@pytest.mark.slow
+def test_harness_runs_every_step_on_a_tiny_fleet(tmp_path: Path) -> None:
+    prom_gpus = "8" if binaries_available() else "0"
+    argv = ["run", "--work", str(tmp_path / "work"), "--out", str(tmp_path / "out"), "--gpus", "8",
+            "--pandas-gpus", "8", "--month-gpus", "8", "--month-days", "2", "--prom-gpus", prom_gpus]  # fmt: skip
+    assert fleet.main(argv) == 0
+    (report_file,) = (tmp_path / "out").glob("*.json")
+    report = json.loads(report_file.read_text(encoding="utf-8"))
+    steps = [m["step"] for m in report["measures"]]
+    expected = ["generate", "single_pass", "meter", "single_pass", "meter", "pandas", "generate", "meter",
+                "meter", "rollup", "dashboard"]  # fmt: skip
+    if prom_gpus != "0":
+        expected += ["promql", "prom_pull", "bare_http"]
+    assert steps == expected
+    for m in report["measures"]:
+        assert m["wall_s"] > 0 and m["peak_rss_mib"] > 0, m
+    raw_rows = {m["step"]: m["samples"] for m in report["measures"][:3]}
+    # (a) reads the DCGM and kube rows of the day, (b) the DCGM rows only: both counted from the files.
+    assert raw_rows["meter"] > raw_rows["single_pass"] > 0
+    meters = [m for m in report["measures"] if m["step"] == "meter"]
+    assert {m["extra"]["day"] for m in meters} == {"2026-11-01", "2026-11-02"}
+    rollup = report["measures"][9]
+    assert rollup["extra"] == {"days": 2, "ok": True}
+    figures = (tmp_path / "out" / report_file.name.replace(".json", ".md")).read_text(encoding="utf-8")
+    dashboard = report["measures"][10]
+    assert set(dashboard["extra"]["pages"]) == set(fleet.DASHBOARD_PAGES)
+    assert dashboard["wall_s"] == max(dashboard["extra"]["pages"].values())
+    for figure in (
+        "slowest dashboard page",
+        "a/b at 8 GPUs",
+        "c/a at 8 GPUs",
+        "2 days / one day",
+        "monthly roll-up",
+        report["machine"]["cpu"],
+    ):
+        assert figure in figures
+    if prom_gpus != "0":
+        assert "e/bare HTTP at 8 GPUs" in figures
+        bare = report["measures"][-1]
+        assert bare["extra"]["requests"] == report["measures"][-2]["extra"]["queries"]
