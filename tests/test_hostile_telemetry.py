@@ -212,6 +212,33 @@ def test_one_uuid_on_two_nodes_is_one_gpu_billed_at_the_first_node() -> None:
     assert quality(out, "n1")["quarantined_samples"] == 0
 
 
+@pytest.mark.xfail(
+    strict=True,
+    reason="sql/intermediate/int_device_samples.sql gives a device min(node) of its own rows, while its GPU (pool "
+    "cost, R4) takes min(node) of all the GPU's rows: a MIG instance reported on another node lands its GPU-seconds "
+    "there. Fix: select g.node (the GPU's) instead of d.node.",
+)
+def test_one_mig_uuid_on_two_nodes_keeps_r11_per_node() -> None:
+    """Found by tests/test_fuzz.py: the GPU-level series on n2, a 3g.40gb instance of the same UUID on n9. The
+    GPU is n2's (first by name), so all of its 60 s belong to n2: instance 25.714285714286 + remainder."""
+    f = factory().gpu("n2", "GPU-M", A100)
+    f.sample("GPU-M", 0, util=0)
+    f.dcgm_row(
+        f.ts(0),
+        DCGM_GR_ENGINE_ACTIVE,
+        0.5,
+        hostname="n9",
+        uuid="GPU-M",
+        model_name=A100,
+        gpu_i_id="1",
+        gpu_i_profile="3g.40gb",
+    )
+    out = meter_day(f.build(), make_config(), "c1", f.day)
+    assert set(categories(out)) <= {"unallocated", "mig_unpartitioned"}
+    assert sum(categories(out, "n2").values()) == D(60)
+    assert categories(out, "n9") == {}
+
+
 def test_a_mig_instance_without_its_profile_is_dropped_and_its_time_stays_capacity() -> None:
     """R3/R4: an instance that cannot be weighed is dropped and counted; the GPU is still observed through its
     other instance, and the dropped instance's share is mig_unpartitioned (R11 sums to capacity)."""
