@@ -256,9 +256,7 @@ def hostile_days(draw: st.DrawFn) -> list[dict[str, Any]]:
             row["cluster"] = "elsewhere"
         elif damage == "far":
             row["ts_ms"] = draw(st.sampled_from([None, 0, -(2**40), 2**62, DAY_END + 86_400_000]))
-        elif damage == "other_node" and row["gpu_i_id"] is None:
-            # A MIG instance row on another node is left out here: its device would take that node while its
-            # GPU takes the first (int_device_samples), see test_hostile_telemetry's xfail.
+        elif damage == "other_node":
             row["hostname"] = "n9"
         elif damage == "half_mig":
             row["gpu_i_id"], row["gpu_i_profile"] = "7", None

@@ -212,12 +212,6 @@ def test_one_uuid_on_two_nodes_is_one_gpu_billed_at_the_first_node() -> None:
     assert quality(out, "n1")["quarantined_samples"] == 0
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="sql/intermediate/int_device_samples.sql gives a device min(node) of its own rows, while its GPU (pool "
-    "cost, R4) takes min(node) of all the GPU's rows: a MIG instance reported on another node lands its GPU-seconds "
-    "there. Fix: select g.node (the GPU's) instead of d.node.",
-)
 def test_one_mig_uuid_on_two_nodes_keeps_r11_per_node() -> None:
     """Found by tests/test_fuzz.py: the GPU-level series on n2, a 3g.40gb instance of the same UUID on n9. The
     GPU is n2's (first by name), so all of its 60 s belong to n2: instance 25.714285714286 + remainder."""

@@ -7,7 +7,6 @@ with device_samples as (
         s.device_id,
         s.uuid,
         s.gpu_i_id,
-        min(s.node) as node,
         min(s.model_name) as model_name,
         min(s.mig_profile) as mig_profile,
         max(s.gr_engine_active) as gr_engine_active,
@@ -24,7 +23,9 @@ select
     d.device_id,
     d.uuid,
     d.gpu_i_id,
-    d.node,
+    -- The GPU's node, not the device rows' own: a MIG instance reported on another node (one UUID on two
+    -- nodes) stays with its GPU, so R11 sums to capacity per node (R4).
+    g.node,
     d.model_name,
     c.gpu_model,
     d.mig_profile,
@@ -53,4 +54,4 @@ from device_samples as d
 join int_gpu_samples as g on g.uuid = d.uuid and g.ts_ms = d.ts_ms
 join int_device_classes as c
     on c.model_name = d.model_name and c.mig_profile is not distinct from d.mig_profile
-asof left join stg_kube_node_states as ns on ns.node = d.node and d.ts_ms >= ns.ts_ms
+asof left join stg_kube_node_states as ns on ns.node = g.node and d.ts_ms >= ns.ts_ms
