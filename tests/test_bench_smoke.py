@@ -48,8 +48,8 @@ def test_harness_runs_every_step_on_a_tiny_fleet(tmp_path: Path) -> None:
     (report_file,) = (tmp_path / "out").glob("*.json")
     report = json.loads(report_file.read_text(encoding="utf-8"))
     steps = [m["step"] for m in report["measures"]]
-    expected = ["generate", "single_pass", "meter", "single_pass", "meter", "pandas", "generate", "meter",
-                "meter", "rollup", "dashboard"]  # fmt: skip
+    expected = ["generate", "single_pass", "meter", "pandas", "generate", "meter", "meter", "rollup",
+                "dashboard"]  # fmt: skip
     if prom_gpus != "0":
         expected += ["promql", "prom_pull", "bare_http"]
     assert steps == expected
@@ -60,10 +60,10 @@ def test_harness_runs_every_step_on_a_tiny_fleet(tmp_path: Path) -> None:
     assert raw_rows["meter"] > raw_rows["single_pass"] > 0
     meters = [m for m in report["measures"] if m["step"] == "meter"]
     assert {m["extra"]["day"] for m in meters} == {"2026-11-01", "2026-11-02"}
-    rollup = report["measures"][9]
+    rollup = report["measures"][7]
     assert rollup["extra"] == {"days": 2, "ok": True}
     figures = (tmp_path / "out" / report_file.name.replace(".json", ".md")).read_text(encoding="utf-8")
-    dashboard = report["measures"][10]
+    dashboard = report["measures"][8]
     assert set(dashboard["extra"]["pages"]) == set(fleet.DASHBOARD_PAGES)
     assert dashboard["wall_s"] == max(dashboard["extra"]["pages"].values())
     for figure in (
