@@ -7,15 +7,13 @@ are ChargeCategory `Adjustment`, ChargeClass `Correction`, with the charge perio
 
 from __future__ import annotations
 
-import csv
-import io
 import json
 from decimal import Decimal
 
 import pyarrow as pa
 
 from metering.config import IDLE, UNALLOCATED, Config
-from metering.invoices import ADJUSTMENT, Period, iso_utc, neutralize
+from metering.invoices import ADJUSTMENT, Period, csv_text, iso_utc, neutralize
 
 FOCUS_VERSION = "1.2"
 PRICING_UNIT = "GPU-Hours"
@@ -212,9 +210,10 @@ def _cell(column: str, value: object, minor_unit: int) -> str:
 
 
 def focus_csv(lines: pa.Table, config: Config, period: Period) -> str:
-    out = io.StringIO()
-    writer = csv.writer(out, lineterminator="\n")
-    writer.writerow(FOCUS_COLUMNS)
-    for row in focus_rows(lines, config, period):
-        writer.writerow([_cell(c, row[c], config.minor_unit) for c in FOCUS_COLUMNS])
-    return out.getvalue()
+    return csv_text(
+        FOCUS_COLUMNS,
+        (
+            [_cell(c, row[c], config.minor_unit) for c in FOCUS_COLUMNS]
+            for row in focus_rows(lines, config, period)
+        ),
+    )

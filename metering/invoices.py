@@ -6,6 +6,7 @@ import csv
 import io
 import re
 from collections import defaultdict
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, date, datetime
 from decimal import ROUND_HALF_EVEN, Decimal
@@ -240,13 +241,24 @@ def _format(value: object, minor_unit: int, column: str) -> str:
     return neutralize(str(value))
 
 
-def invoice_csv(lines: pa.Table, minor_unit: int) -> str:
+def csv_text(header: Sequence[str], rows: Iterable[Sequence[str]]) -> str:
+    """Every CSV gpumeter writes (invoice lines, FOCUS, dashboard downloads): `\n` line ends, cells already
+    neutralized by the caller. Python 3.11's csv quotes a cell holding `\n` but not one holding a bare `\r`
+    (it is not in the line terminator), which a spreadsheet takes as a line break: such a row is written
+    with every cell quoted, which any CSV reader parses to the same values."""
     out = io.StringIO()
-    writer = csv.writer(out, lineterminator="\n")
-    writer.writerow(CSV_COLUMNS)
-    for row in lines.to_pylist():
-        writer.writerow([_format(row[c], minor_unit, c) for c in CSV_COLUMNS])
+    minimal = csv.writer(out, lineterminator="\n")
+    quoted = csv.writer(out, lineterminator="\n", quoting=csv.QUOTE_ALL)
+    minimal.writerow(header)
+    for row in rows:
+        (quoted if any("\r" in cell for cell in row) else minimal).writerow(row)
     return out.getvalue()
+
+
+def invoice_csv(lines: pa.Table, minor_unit: int) -> str:
+    return csv_text(
+        CSV_COLUMNS, ([_format(row[c], minor_unit, c) for c in CSV_COLUMNS] for row in lines.to_pylist())
+    )
 
 
 def billed_tenants(lines: pa.Table) -> list[str]:

@@ -9,9 +9,7 @@ renames), never half of one.
 
 from __future__ import annotations
 
-import csv
 import fnmatch
-import io
 import os
 from dataclasses import dataclass, field
 from datetime import date
@@ -22,7 +20,7 @@ import polars as pl
 import pyarrow as pa
 
 from metering.config import IDLE, UNALLOCATED, Config
-from metering.invoices import INVOICE_SCHEMA, Period, neutralize
+from metering.invoices import INVOICE_SCHEMA, Period, csv_text, neutralize
 from metering.periods import Status, status_of, stored_lines
 from metering.warehouse import Warehouse
 
@@ -514,12 +512,9 @@ def _text_list(column: str) -> str:
 
 def frame_csv(frame: pl.DataFrame) -> str:
     """A table as CSV, every text cell neutralized against spreadsheet formula injection."""
-    out = io.StringIO()
-    writer = csv.writer(out, lineterminator="\n")
-    writer.writerow([neutralize(c) for c in frame.columns])
-    for row in frame.iter_rows():
-        writer.writerow([_cell(v) for v in row])
-    return out.getvalue()
+    return csv_text(
+        [neutralize(c) for c in frame.columns], ([_cell(v) for v in row] for row in frame.iter_rows())
+    )
 
 
 def _cell(value: object) -> str:
