@@ -119,6 +119,7 @@ class _Client(PrometheusConnect):
             auth=self.auth,
             cert=self._session.cert,
             timeout=self._timeout,
+            stream=True,  # the body is read by _read_within, against the attempt's deadline
         )
 
 
@@ -413,8 +414,12 @@ class PrometheusRawSource:
     def _attempt(
         self, query: str, eval_time: str, extra: dict[str, str], result_type: str
     ) -> list[dict[str, Any]]:
+        # requests' timeout bounds each socket read; a server trickling its body would never hit it. The
+        # deadline bounds the whole attempt (to within one read of _READ_CHUNK bytes).
+        deadline = time.monotonic() + self.spec.timeout_seconds
         try:
             response = self._client().instant_query(query, eval_time, extra)
+            body = _read_within(response, deadline)
         except requests.Timeout as exc:
             raise self._timeout_error(exc) from None
         except requests.exceptions.SSLError as exc:  # before ConnectionError, its base: retrying cannot help
@@ -444,24 +449,23 @@ class PrometheusRawSource:
                 f"Prometheus {self.url}: query {query!r} could not be sent ({_short(exc)}); check `url`"
             ) from None
         status = response.status_code
-        body = response.content
         with self._count_lock:
             self.bytes_received += len(body)
         if status >= 500 or status == 429:
             raise _Retryable(
-                f"HTTP {status} {_error_text(body)}",
+                f"HTTP {status} {self._error_text(body)}",
                 "the server failed or is overloaded: check its logs, lower max_concurrent_queries or chunk_seconds",
             )
         if status == 422:
-            raise _TooLarge(f"HTTP 422 {_error_text(body)}")
+            raise _TooLarge(f"HTTP 422 {self._error_text(body)}")
         if status in (401, 403):
             raise SourceError(
-                f"Prometheus {self.url}: query {query!r} was refused with HTTP {status} {_error_text(body)}; "
+                f"Prometheus {self.url}: query {query!r} was refused with HTTP {status} {self._error_text(body)}; "
                 "check the token in bearer_token_env / the headers in headers_env (e.g. X-Scope-OrgID for Mimir)"
             )
         if status != 200:
             raise SourceError(
-                f"Prometheus {self.url}: query {query!r} was refused with HTTP {status} {_error_text(body)}; "
+                f"Prometheus {self.url}: query {query!r} was refused with HTTP {status} {self._error_text(body)}; "
                 "check `url` (the API root, e.g. http://host:9090 or https://mimir/prometheus) and `selector` "
                 '(matchers such as cluster="prod-a")'
             )
@@ -473,6 +477,23 @@ class PrometheusRawSource:
                 "a proxy may have cut the response: lower chunk_seconds, or check proxies in front of the server",
             ) from None
         return _validated(doc, result_type)
+
+    def _error_text(self, body: bytes) -> str:
+        """The server's error, quoted into errors and logs with every secret this source sent replaced: a
+        proxy that echoes the request would otherwise put the token or the headers_env values there."""
+        text = _error_text(body)
+        for secret in self._secrets():
+            text = text.replace(secret, "***")
+        return text
+
+    def _secrets(self) -> list[str]:
+        values = []
+        for value in self._headers.values():
+            values.append(value)
+            if value.startswith("Bearer "):
+                values.append(value.removeprefix("Bearer "))
+        # Longest first, so that a token inside a longer header value is not left half-replaced.
+        return sorted((v for v in values if len(v) >= 4), key=len, reverse=True)
 
     # --- replicas ----------------------------------------------------------------------------
 
@@ -750,7 +771,8 @@ def _iso(ms: int) -> str:
 
 
 def _short(exc: BaseException | None) -> str:
-    text = str(exc) if exc is not None else ""
+    # One line: errors are printed as one line (and Dagster keeps a failure's last line).
+    text = " ".join(str(exc).split()) if exc is not None else ""
     return text if len(text) <= 300 else text[:300] + "..."
 
 
@@ -770,6 +792,27 @@ def _api_reason(exc: BaseException) -> str:
     return f"HTTP {status} {reason}" + (f": {_short(message)}" if message else "")
 
 
+_READ_CHUNK = 64 * 1024
+
+
+def _read_within(response: requests.Response, deadline: float) -> bytes:
+    """The whole body, or requests.Timeout once the deadline has passed between two reads."""
+    parts = []
+    try:
+        for chunk in response.iter_content(_READ_CHUNK):
+            parts.append(chunk)
+            if time.monotonic() > deadline:
+                raise requests.Timeout("the response body took longer than timeout_seconds")
+    except (requests.ConnectionError, requests.exceptions.ChunkedEncodingError):
+        # A read that outlived the deadline and then broke off: the attempt had timed out first.
+        if time.monotonic() > deadline:
+            raise requests.Timeout("the response body took longer than timeout_seconds") from None
+        raise
+    finally:
+        response.close()
+    return b"".join(parts)
+
+
 def _error_text(body: bytes) -> str:
     try:
         doc = json.loads(body)
@@ -777,7 +820,7 @@ def _error_text(body: bytes) -> str:
             return f"({doc.get('errorType', 'error')}: {_short(doc['error'])})"
     except (ValueError, UnicodeDecodeError):
         pass
-    text = body[:200].decode("utf-8", errors="replace").strip()
+    text = " ".join(body[:200].decode("utf-8", errors="replace").split())
     return f"({text})" if text else ""
 
 

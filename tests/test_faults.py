@@ -154,11 +154,6 @@ def test_a_reset_mid_body_is_retried_then_one_error_and_the_stored_day_is_untouc
     assert digest(warehouse.root) == before
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="metering/prometheus.py applies timeout_seconds per socket read (requests' semantics), not to the "
-    "whole response: a server trickling its body never times out. Needs a per-attempt deadline there.",
-)
 def test_a_body_trickled_slower_than_the_timeout_is_a_timeout(
     misbehaving: tuple[list[str], list[int]], tmp_path: Path
 ) -> None:
@@ -173,14 +168,7 @@ def test_a_body_trickled_slower_than_the_timeout_is_a_timeout(
     "server",
     [
         "fail",
-        pytest.param(
-            "echo",
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason="metering/prometheus.py quotes the error body (_error_text) into SourceError and its debug "
-                "log without redacting the bearer token / headers_env values it sent: an echoing proxy leaks them",
-            ),
-        ),
+        "echo",
     ],
 )
 def test_a_secret_never_reaches_errors_logs_or_the_dagster_event_log(
