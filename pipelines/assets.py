@@ -1,5 +1,5 @@
-"""Daily assets from raw samples through staging and intermediate models to marts, and the monthly
-invoice. Each asset body is a thin shell: the work is metering.accounting / metering.invoices."""
+"""Daily assets from raw samples through staging and intermediate models to marts (the monthly invoice
+assets are in billing_assets.py). Each asset body is a thin shell: the work is metering.accounting."""
 
 from collections.abc import Iterator
 from datetime import date
@@ -15,10 +15,10 @@ from dagster import (
 )
 
 from metering.accounting import load_models, lookback_ms
-from metering.runner import meter_partition_day, pull_raw_day, roll_up_month
+from metering.runner import meter_partition_day, pull_raw_day
 from pipelines import checks
 from pipelines.checks import CHECK_SPECS
-from pipelines.partitions import daily_partitions, monthly_partitions
+from pipelines.partitions import daily_partitions
 from pipelines.resources import GpumeterConfigResource
 
 RAW_GROUP = "raw"
@@ -88,33 +88,3 @@ def day_accounting(
             asset_key=model.name, metadata={"rows": MetadataValue.int(counts.get(model.name, 0))}
         )
     yield from checks.evaluate(results, gpumeter.config)
-
-
-@multi_asset(
-    specs=[
-        AssetSpec(
-            "invoice_lines",
-            group_name="invoices",
-            description="Monthly invoice lines per tenant (R12, R14), rolled up from the month's days.",
-            deps=["mart_tenant_daily_cost", "mart_pool_daily_cost"],
-            kinds={"python", "csv"},
-        )
-    ],
-    partitions_def=monthly_partitions,
-    name="monthly_invoice",
-)
-def monthly_invoice(
-    context: AssetExecutionContext, gpumeter: GpumeterConfigResource
-) -> Iterator[MaterializeResult]:
-    summary = roll_up_month(gpumeter.config, gpumeter.warehouse, context.partition_key)
-    yield MaterializeResult(
-        asset_key="invoice_lines",
-        metadata={
-            "lines": MetadataValue.int(summary.line_count),
-            "days": MetadataValue.int(summary.day_count),
-            "pool_cost": MetadataValue.float(float(summary.reconciliation.pool_cost)),
-            "invoiced_rounded": MetadataValue.float(float(summary.reconciliation.lines_rounded)),
-            "reconciles": MetadataValue.bool(summary.reconciliation.ok),
-            "exports": MetadataValue.json([str(p) for p in summary.exports]),
-        },
-    )
