@@ -329,6 +329,8 @@ class FactoryBuilder:
         """kube_pod_annotations with Kubernetes annotation keys (`gpu-fraction`), sanitized here as
         kube-state-metrics does (`annotation_gpu_fraction`) for allow-listed keys."""
         series = {"namespace": namespace, "pod": pod, "uid": f"uid-{pod}"}
-        series.update({"annotation_" + _label_key(k).removeprefix("label_"): v for k, v in annotations.items()})
+        series.update(
+            {"annotation_" + _label_key(k).removeprefix("label_"): v for k, v in annotations.items()}
+        )
         self._kube_row(ts_index, "kube_pod_annotations", 1.0, series)
         return self
