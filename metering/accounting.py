@@ -264,6 +264,10 @@ def meter_day(
     con = duckdb.connect()
     try:
         con.execute("set threads to 2")
+        # DuckDB plans an ASOF join as a nested loop when it *estimates* the left side under this many rows;
+        # the estimate after a join chain can be 6 where the truth is millions (KAI members x pod phases:
+        # 72 % of a 256-GPU day, bench/README.md). The sort-merge ASOF join is right at every size.
+        con.execute("set asof_loop_join_threshold = 0")
         con.execute("set memory_limit = ?", [config.warehouse.memory_limit])
         if temp_directory is not None:
             temp_directory.mkdir(parents=True, exist_ok=True)

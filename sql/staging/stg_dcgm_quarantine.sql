@@ -3,7 +3,9 @@
 -- them and data_quality counts them per node (docs/reliability.md lists the reasons and why).
 -- Values are judged only for the metrics the accounting reads; another metric's row (e.g. GPU_TEMP) only
 -- proves that the series was scraped, whatever its value.
-with judged as (
+-- Nothing here holds the whole raw day: `judged` and `kept` are re-read from the raw files where they are
+-- used (NOT MATERIALIZED), and only the rows with a reason, or under suspicion, are kept (bench/README.md).
+with judged as not materialized (
     select
         *,
         case
@@ -40,7 +42,7 @@ with judged as (
         end as reason
     from raw_dcgm_samples
 ),
-row_decisions as (
+row_decisions as materialized (
     select
         * exclude (reason),
         reason,
@@ -56,13 +58,13 @@ row_decisions as (
     from judged
     where reason is not null
 ),
-kept as (
+kept as not materialized (
     -- What reaches stg_dcgm_samples, with the value it is taken at.
     select * exclude (reason), value as clean_value from judged where reason is null
     union all
     select * exclude (reason, action) from row_decisions where action <> 'dropped'
 ),
-read_values as (
+read_values as not materialized (
     select *, hash(cluster, ts_ms, metric, hostname, uuid, gpu_i_id, namespace, pod, container) as sample_hash
     from kept
     where clean_value is not null and metric in (
@@ -95,7 +97,8 @@ shared_uuids as materialized (
     select cluster, uuid, ts_ms, min(hostname) as billed_node
     from kept
     group by all
-    having count(distinct coalesce(hostname, chr(0))) > 1
+    -- two or more distinct nodes (a null node counts as one): min <> max is a cheaper count(distinct) > 1
+    having min(coalesce(hostname, chr(0))) <> max(coalesce(hostname, chr(0)))
 )
 select * from row_decisions
 union all
