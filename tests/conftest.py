@@ -1,0 +1,23 @@
+"""Under CI (CI=true, set by .ci/run) the real parts the tests drive must be there: a test module that skips
+itself for a missing Prometheus or Chromium would make a green run that tested nothing of them."""
+
+from __future__ import annotations
+
+import os
+import shutil
+
+import pytest
+
+# What .ci/run installs, and the Debian package that brings it.
+CI_BINARIES = {"prometheus": "prometheus", "promtool": "prometheus", "chromium": "chromium"}
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if os.environ.get("CI") != "true":
+        return
+    missing = sorted({package for binary, package in CI_BINARIES.items() if shutil.which(binary) is None})
+    if missing:
+        raise pytest.UsageError(
+            f"CI=true but the Debian package(s) {', '.join(missing)} are not installed: run the tests "
+            "through .ci/run, which installs them"
+        )
