@@ -225,16 +225,9 @@ def step_rollup(ws: Workspace) -> Measure:
     )
 
 
-DASHBOARD_PAGES = (
-    "charges",
-    "budgets",
-    "invoices",
-    "capacity",
-    "mig",
-    "idle",
-    "rightsizing",
-    "data_quality",
-    "usage",
+# Every page file of the app (dashboards/app.py runs the app when imported, so its page list is not importable).
+DASHBOARD_PAGES = tuple(
+    sorted(p.stem for p in (REPO / "dashboards" / "screens").glob("*.py") if p.stem != "__init__")
 )
 
 
