@@ -243,19 +243,18 @@ class Views:
     def usage_by_model(self, viewer: Viewer, filters: Filters) -> pl.DataFrame:
         """Held and used hours from device_seconds (what a tenant held, whatever the tariff bills), beside
         the time charges (`reserved` and `usage` lines, R9/R10) of the same model and profile."""
-        held_where = self._where(viewer, filters)
-        charged_where = self._where(viewer, filters)
+        where = self._where(viewer, filters)  # both tables have the same scope columns
         sql = f"""
             with held as (
                 select tenant, gpu_model, coalesce(mig_profile, 'whole GPU') as mig_profile,
                        sum(device_seconds) / 3600 as device_hours, sum(gpu_seconds) / 3600 as gpu_hours,
                        sum(busy_gpu_seconds) / 3600 as used_gpu_hours
-                from device_seconds where {held_where.sql} group by all
+                from device_seconds where {where.sql} group by all
             ),
             charged as (
                 select tenant, gpu_model, coalesce(mig_profile, 'whole GPU') as mig_profile, sum(amount) as amount
                 from tenant_daily_cost
-                where {charged_where.sql} and charge_type in ('reserved', 'usage')
+                where {where.sql} and charge_type in ('reserved', 'usage')
                 group by all
             )
             select h.tenant, h.gpu_model, h.mig_profile, h.device_hours, h.gpu_hours, h.used_gpu_hours,
@@ -265,9 +264,7 @@ class Views:
             left join charged as c using (tenant, gpu_model, mig_profile)
             order by h.tenant, h.gpu_model, h.mig_profile
         """
-        return self._frame(
-            sql, [*held_where.params, *charged_where.params], ("device_seconds", "tenant_daily_cost")
-        )
+        return self._frame(sql, [*where.params, *where.params], ("device_seconds", "tenant_daily_cost"))
 
     def tenant_daily_cost(self, viewer: Viewer, filters: Filters) -> pa.Table:
         """The mart's rows in scope, for budgets (metering/budgets.py)."""
