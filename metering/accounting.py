@@ -259,9 +259,22 @@ def meter_day(
 ) -> dict[str, pa.Table]:
     """Run every model for one cluster and day. Returns {model name: table} for the models of
     `keep_layers`; the others are computed inside DuckDB and never copied out (they can be 100 M rows
-    at fleet scale). DuckDB spills to `temp_directory` past `warehouse.memory_limit`. With `profile_dir`, each
-    SQL model's DuckDB query profile (EXPLAIN ANALYZE, as JSON) is written there as <model>.json (bench/)."""
-    con = duckdb.connect()
+    at fleet scale). With `temp_directory`, the models are tables of a DuckDB database file there (removed by
+    the caller with the directory), else of an in-memory one; DuckDB spills there past
+    `warehouse.memory_limit`. With `profile_dir`, each SQL model's DuckDB query profile (EXPLAIN ANALYZE, as
+    JSON) is written there as <model>.json (bench/)."""
+    if temp_directory is not None:
+        temp_directory.mkdir(parents=True, exist_ok=True)
+        # A database file, not temp tables: its tables are compressed and the buffer manager can evict them,
+        # while in-memory temp tables fill memory_limit and push the running query's state out to disk
+        # (1,000 GPUs: 1.8 GB spilled by int_device_samples alone, bench/README.md).
+        database = temp_directory / "models.duckdb"
+        for stale in (database, database.with_name(database.name + ".wal")):
+            stale.unlink(missing_ok=True)  # a killed run's models are not this run's
+        con = duckdb.connect(str(database))
+    else:
+        con = duckdb.connect()
+    last_use = _last_use(load_models())
     try:
         con.execute("set threads to 2")
         # DuckDB plans an ASOF join as a nested loop when it *estimates* the left side under this many rows;
@@ -270,7 +283,6 @@ def meter_day(
         con.execute("set asof_loop_join_threshold = 0")
         con.execute("set memory_limit = ?", [config.warehouse.memory_limit])
         if temp_directory is not None:
-            temp_directory.mkdir(parents=True, exist_ok=True)
             con.execute("set temp_directory = ?", [str(temp_directory)])
         _load_raw(con, raw)
         _set_variables(con, config, cluster, day)
@@ -285,13 +297,13 @@ def meter_day(
                 if model.sql is None:
                     table = PYTHON_MODEL_FUNCTIONS[model.name](con, config)
                     con.register(f"{model.name}__arrow", table)
-                    con.execute(f"create temp table {model.name} as select * from {model.name}__arrow")
+                    con.execute(f"create table {model.name} as select * from {model.name}__arrow")
                     con.unregister(f"{model.name}__arrow")
                 else:
                     if profile_dir is not None:
                         con.execute("set profiling_output = ?", [str(profile_dir / f"{model.name}.json")])
                     try:
-                        con.execute(f"create temp table {model.name} as {model.sql}")
+                        con.execute(f"create table {model.name} as {model.sql}")
                     except duckdb.Error as exc:
                         raise AccountingError(f"model {model.layer}/{model.name}.sql failed: {exc}") from exc
                 # Marts are read by people and diffed by finance: a stable row order makes a re-run's
@@ -301,11 +313,27 @@ def meter_day(
                     _require_prices(con)
                 if model.layer in keep_layers:
                     results[model.name] = con.sql(f"select * from {model.name}{order}").to_arrow_table()
+                # A model nothing later reads is dropped: memory goes to the queries still to run.
+                for done in last_use.get(model.name, ()):
+                    con.execute(f"drop table if exists {done}")
                 if on_model:
                     on_model(model)
         return results
     finally:
         con.close()
+
+
+def _last_use(models: Sequence[Model]) -> dict[str, list[str]]:
+    """{model: the models whose last reader it is}: after it runs, they can be dropped."""
+    last: dict[str, str] = {}
+    for model in models:
+        for dep in model.deps:
+            if dep not in RAW_TABLES:
+                last[dep] = model.name
+    by_reader: dict[str, list[str]] = {}
+    for dep, reader in last.items():
+        by_reader.setdefault(reader, []).append(dep)
+    return by_reader
 
 
 def _load_raw(con: duckdb.DuckDBPyConnection, raw: RawDay | RawFiles) -> None:

@@ -39,19 +39,11 @@ select
     d.fb_used_mib,
     g.unhealthy,
     g.energy_joules * c.weight as energy_joules,
-    coalesce(
-        ns.ts_ms is not null
-        and d.ts_ms - ns.ts_ms <= getvariable('lookback_ms')
-        and (
-            ns.cordoned
-            or ns.not_ready
-            or ns.free_cpu_cores < getvariable('min_free_cpu_cores')
-            or ns.free_memory_bytes < getvariable('min_free_memory_bytes')
-        ),
-        false
-    ) as unschedulable
+    u.node is not null as unschedulable
 from device_samples as d
 join int_gpu_samples as g on g.uuid = d.uuid and g.ts_ms = d.ts_ms
 join int_device_classes as c
     on c.model_name = d.model_name and c.mig_profile is not distinct from d.mig_profile
-asof left join stg_kube_node_states as ns on ns.node = g.node and d.ts_ms >= ns.ts_ms
+-- R11: spans are disjoint per node, so a device sample meets at most one.
+left join int_node_unschedulable_spans as u
+    on u.node = g.node and d.ts_ms >= u.from_ms and d.ts_ms < u.until_ms

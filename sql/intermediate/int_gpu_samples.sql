@@ -35,13 +35,12 @@ priced as (
     -- change during the day is time-weighted. A null price stops the run (accounting._require_prices).
     select
         e.*,
-        coalesce(
-            c.gpu_price_per_hour,
-            case when e.ts_ms - p.ts_ms <= getvariable('lookback_ms') then p.gpu_price_per_hour end
-        ) as gpu_price_per_hour
+        coalesce(c.gpu_price_per_hour, p.gpu_price_per_hour) as gpu_price_per_hour
     from energy_deltas as e
     join int_device_classes as c on c.model_name = e.model_name and c.mig_profile is null
-    asof left join stg_opencost_prices as p on p.node = e.node and e.ts_ms >= p.ts_ms
+    -- Spans are disjoint per node: a sample meets at most one.
+    left join int_node_gpu_price_spans as p
+        on p.node = e.node and e.ts_ms >= p.from_ms and e.ts_ms < p.until_ms
 )
 select
     cluster,

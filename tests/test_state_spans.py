@@ -1,0 +1,103 @@
+"""The span models against the rule they replace (R4, R8, R11).
+
+`int_node_unschedulable_spans` and `int_node_gpu_price_spans` turn per-node samples into disjoint spans, so that
+a device sample finds its node's state with a range join instead of an ASOF join (bench/README.md). The rule
+they must keep: a device sample at time t takes the node's latest sample at or before t, if that sample is at
+most kube_lookback_seconds old (R4's staleness bound); else no state (schedulable; no price). Checked here
+against that rule written out in Python, over random sample sequences: gaps longer than the lookback,
+flapping states, price changes and repeats, several nodes.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import duckdb
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+SQL = Path(__file__).resolve().parent.parent / "sql" / "intermediate"
+LOOKBACK_MS = 300_000
+SETTINGS = settings(
+    max_examples=int(os.environ.get("GPUMETER_PROPERTY_EXAMPLES", "8")) * 5,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+NODES = ("n1", "n2")
+
+
+def _latest(samples: list[tuple[str, int, object]], node: str, ts_ms: int) -> object | None:
+    """The rule: the node's latest sample at or before ts_ms, at most the lookback old."""
+    before = [(t, v) for n, t, v in samples if n == node and t <= ts_ms]
+    if not before:
+        return None
+    t, value = max(before, key=lambda tv: tv[0])
+    return value if ts_ms - t <= LOOKBACK_MS else None
+
+
+def _session() -> duckdb.DuckDBPyConnection:
+    con = duckdb.connect()
+    con.execute("set variable lookback_ms = ?", [LOOKBACK_MS])
+    con.execute("set variable min_free_cpu_cores = 1.0")
+    con.execute("set variable min_free_memory_bytes = 1.0")
+    return con
+
+
+def _lookup(con: duckdb.DuckDBPyConnection, model: str, value: str, probes: list[tuple[str, int]]) -> dict:
+    con.execute(f"create table {model} as {(SQL / f'{model}.sql').read_text(encoding='utf-8')}")
+    con.execute("create table probes (node varchar, ts_ms bigint)")
+    con.executemany("insert into probes values (?, ?)", probes)
+    found = con.sql(
+        f"select p.node, p.ts_ms, s.{value} from probes as p left join {model} as s "
+        "on s.node = p.node and p.ts_ms >= s.from_ms and p.ts_ms < s.until_ms"
+    ).fetchall()
+    assert len(found) == len(probes), "spans of one node overlap: a probe met two"
+    return {(node, ts): v for node, ts, v in found}
+
+
+# Sample times on a 30 s grid with gaps: offsets in scrape steps, some beyond the lookback (10 steps).
+times = st.lists(st.integers(0, 40), min_size=1, max_size=25, unique=True).map(
+    lambda xs: sorted(x * 30_000 for x in xs)
+)
+probe_times = st.lists(st.integers(0, 45 * 30_000), min_size=1, max_size=30)
+
+
+@SETTINGS
+@given(st.data())
+def test_unschedulable_spans_equal_the_latest_fresh_node_state_r11(data: st.DataObject) -> None:
+    samples: list[tuple[str, int, object]] = []
+    rows = []
+    for node in NODES:
+        for ts in data.draw(times):
+            cordoned = data.draw(st.booleans())
+            free_cpu = data.draw(st.sampled_from([0.0, 4.0, None]))
+            rows.append((node, ts, cordoned, False, free_cpu, 1e12))
+            # A state's unknown input (null) counts as schedulable unless another input says otherwise.
+            samples.append((node, ts, cordoned or (free_cpu is not None and free_cpu < 1.0)))
+    con = _session()
+    con.execute(
+        "create table stg_kube_node_states (node varchar, ts_ms bigint, cordoned boolean, not_ready boolean, "
+        "free_cpu_cores double, free_memory_bytes double)"
+    )
+    con.executemany("insert into stg_kube_node_states values (?, ?, ?, ?, ?, ?)", rows)
+    probes = [(node, ts) for node in NODES for ts in data.draw(probe_times)]
+    found = _lookup(con, "int_node_unschedulable_spans", "node", probes)
+    for node, ts in probes:
+        assert (found[(node, ts)] is not None) == bool(_latest(samples, node, ts)), (node, ts)
+
+
+@SETTINGS
+@given(st.data())
+def test_price_spans_equal_the_latest_fresh_opencost_price_r8(data: st.DataObject) -> None:
+    samples: list[tuple[str, int, object]] = []
+    for node in NODES:
+        for ts in data.draw(times):
+            samples.append((node, ts, data.draw(st.sampled_from([3.6, 7.2, 0.0]))))
+    con = _session()
+    con.execute("create table stg_opencost_prices (node varchar, ts_ms bigint, gpu_price_per_hour double)")
+    con.executemany("insert into stg_opencost_prices values (?, ?, ?)", samples)
+    probes = [(node, ts) for node in NODES for ts in data.draw(probe_times)]
+    found = _lookup(con, "int_node_gpu_price_spans", "gpu_price_per_hour", probes)
+    for node, ts in probes:
+        assert found[(node, ts)] == _latest(samples, node, ts), (node, ts)
