@@ -1,16 +1,23 @@
 -- One row per node sample of kube-state-metrics: schedulability inputs for R11 and GPU capacity for R4.
+-- Labels are parsed once per row into a list (one JSON parse, not one per label: bench/README.md).
 with node_series as (
     select
         cluster,
         ts_ms,
-        labels ->> 'node' as node,
+        label[1] as node,
         metric,
-        labels ->> 'resource' as resource,
-        labels ->> 'condition' as condition,
-        labels ->> 'status' as status,
-        labels ->> 'label_nvidia_com_gpu_count' as gpu_count_label,
+        label[2] as resource,
+        label[3] as condition,
+        label[4] as status,
+        label[5] as gpu_count_label,
         value
-    from raw_kube_samples
+    from (
+        select
+            *,
+            json_extract_string(labels, ['node', 'resource', 'condition', 'status', 'label_nvidia_com_gpu_count'])
+                as label
+        from raw_kube_samples
+    )
     where cluster = getvariable('cluster')
       and metric in (
           'kube_node_spec_unschedulable', 'kube_node_status_condition', 'kube_node_status_capacity',
@@ -22,10 +29,10 @@ with node_series as (
 pod_requests as (
     select
         ts_ms,
-        labels ->> 'node' as node,
-        sum(value) filter (where labels ->> 'resource' = 'cpu') as requested_cpu_cores,
-        sum(value) filter (where labels ->> 'resource' = 'memory') as requested_memory_bytes
-    from raw_kube_samples
+        label[1] as node,
+        sum(value) filter (where label[2] = 'cpu') as requested_cpu_cores,
+        sum(value) filter (where label[2] = 'memory') as requested_memory_bytes
+    from (select *, json_extract_string(labels, ['node', 'resource']) as label from raw_kube_samples)
     where cluster = getvariable('cluster')
       and metric = 'kube_pod_container_resource_requests'
       and ts_ms >= getvariable('window_start_ms')
