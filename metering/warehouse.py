@@ -140,9 +140,6 @@ class Warehouse:
     def is_object_store(self) -> bool:
         return not isinstance(self.root, Path)
 
-    def __str__(self) -> str:
-        return str(self.root)
-
     # --- paths -------------------------------------------------------------------------------
     def table_dir(self, zone: str, table: str) -> Path:
         return self.root / zone / table
@@ -301,9 +298,14 @@ def _check_reachable(root: UPath) -> None:
     key = f"{root} {sorted(root.storage_options.items())}"
     if key in _REACHED:
         return
-    bucket = root.path.strip("/").split("/", 1)[0]
+    bucket, _, prefix = root.path.strip("/").partition("/")
     try:
-        root.fs.ls(bucket, detail=False)
+        if hasattr(root.fs, "call_s3"):  # list the prefix only: IAM often grants ListBucket on it alone
+            root.fs.call_s3(
+                "list_objects_v2", Bucket=bucket, Prefix=f"{prefix}/" if prefix else "", MaxKeys=1
+            )
+        else:
+            root.fs.ls(bucket, detail=False)
     except Exception as exc:  # noqa: BLE001 - every driver has its own errors; all mean the same here
         raise WarehouseError(
             f"warehouse {root} cannot be used ({type(exc).__name__}: {exc}); {_STORE_HELP}"
@@ -358,6 +360,9 @@ def _object_lock(path: UPath, what: str, timeout_s: float) -> Iterator[None]:
                 ) from None
             time.sleep(0.5)
         except OSError as exc:
+            if "conflict" in str(exc).lower():  # S3's 409 ConditionalRequestConflict: a racing create; retry
+                time.sleep(0.5)
+                continue
             raise WarehouseError(
                 f"could not create the lock {path}: {exc}. Nothing was written; {_STORE_HELP}"
             ) from None
