@@ -139,7 +139,7 @@ def step_meter(ws: Workspace, day: date) -> Measure:
 
     config = load_config(ws.config_path)
     started = time.perf_counter()
-    counts, _ = meter_partition_day(config, Warehouse.at(config.warehouse.path), day)
+    counts, _ = meter_partition_day(config, Warehouse.of(config.warehouse), day)
     wall = time.perf_counter() - started
     return Measure(
         "meter",
@@ -214,7 +214,7 @@ def step_rollup(ws: Workspace) -> Measure:
 
     config = load_config(ws.config_path)
     started = time.perf_counter()
-    summary = roll_up_month(config, Warehouse.at(config.warehouse.path), ws.start.isoformat())
+    summary = roll_up_month(config, Warehouse.of(config.warehouse), ws.start.isoformat())
     wall = time.perf_counter() - started
     return Measure(
         "rollup",

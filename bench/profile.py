@@ -35,7 +35,7 @@ def _operators(node: dict[str, Any], into: Counter[str]) -> None:
 
 def profile(work: Path, day: date | None, top: int) -> str:
     config = load_config(work / "config.yaml")
-    warehouse = Warehouse.at(config.warehouse.path)
+    warehouse = Warehouse.of(config.warehouse)
     cluster = config.clusters[0].name
     day = day or FactorySpec().start  # the simulator's first day, which bench/fleet.py meters
     seconds: dict[str, float] = {}
@@ -55,7 +55,7 @@ def profile(work: Path, day: date | None, top: int) -> str:
         day,
         on_model=on_model,
         keep_layers=("marts",),
-        temp_directory=warehouse.root / ".tmp" / "profile",
+        temp_directory=warehouse.scratch_dir("profile"),
         profile_dir=profiles,
     )
     total = time.perf_counter() - started

@@ -133,7 +133,7 @@ def main() -> None:
     st.set_page_config(page_title="gpumeter", page_icon=":material/memory:", layout="wide")
     config = _config()
     viewer = _viewer(config)
-    views = Views(Warehouse.at(config.warehouse.path), config)
+    views = Views(Warehouse.of(config.warehouse), config)
     filters = _filters(views, viewer)
     if filters is None:
         st.stop()

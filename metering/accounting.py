@@ -29,6 +29,7 @@ from metering.catalog import CatalogError, resolve_device_class
 from metering.config import Config
 from metering.schema import RAW_TABLES
 from metering.tenancy import resolve_tenant
+from metering.warehouse import duckdb_paths
 
 SQL_DIR = Path(__file__).resolve().parent.parent / "sql"
 LAYERS = ("staging", "intermediate", "marts")
@@ -73,7 +74,8 @@ class RawDay:
 @dataclass(frozen=True)
 class RawFiles:
     """Raw samples of one cluster as stored Parquet files (the day with its lookback), by raw table name.
-    DuckDB scans them where they lie: a 10,000-GPU day never has to fit in Python memory (bench/)."""
+    DuckDB scans them where they lie, local or on an object store (UPath): a 10,000-GPU day never has to
+    fit in Python memory (bench/)."""
 
     files: Mapping[str, Sequence[Path]]
 
@@ -345,7 +347,7 @@ def _load_raw(con: duckdb.DuckDBPyConnection, raw: RawDay | RawFiles) -> None:
             con.unregister(f"{name}__arrow")
         return
     for name, schema in RAW_TABLES.items():
-        paths = [str(p) for p in raw.files.get(name, ())]
+        paths = duckdb_paths(con, raw.files.get(name, ()))
         if not paths:
             con.register(f"{name}__arrow", schema.empty_table())
             con.execute(f"create temp table {name} as select * from {name}__arrow")

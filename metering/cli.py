@@ -136,7 +136,7 @@ def print_summary(config_path: Path, first: date, last: date) -> bool:
     from metering.warehouse import Warehouse
 
     config = load_config(config_path)
-    warehouse = Warehouse.at(config.warehouse.path)
+    warehouse = Warehouse.of(config.warehouse)
     summary = pool_summary(warehouse, first, last)
     cur = config.currency
     console.print(
@@ -241,13 +241,13 @@ def copy_invoices(config_path: Path, days: list[date], out: Path) -> Path:
     from metering.runner import exports_dir
     from metering.warehouse import Warehouse
 
-    warehouse = Warehouse.at(load_config(config_path).warehouse.path)
+    warehouse = Warehouse.of(load_config(config_path).warehouse)
     invoices = out / "invoices"
     invoices.mkdir(parents=True, exist_ok=True)
     for period in sorted({str(Period.of(d)) for d in days}):
-        for path in sorted(exports_dir(warehouse, period).glob("*")):
+        for path in sorted(exports_dir(warehouse, period).glob("*"), key=str):
             if path.suffix in (".csv", ".html") and not path.name.startswith("."):
-                shutil.copyfile(path, invoices / path.name)
+                (invoices / path.name).write_bytes(path.read_bytes())  # the warehouse may be an object store
     return invoices
 
 
@@ -269,10 +269,10 @@ def _copy_exports(source: Path, out: Path, title: str) -> None:
     table.add_column("file", no_wrap=True)
     table.add_column("kind")
     table.add_column("rows", justify="right")
-    for path in sorted(source.glob("*")):
+    for path in sorted(source.glob("*"), key=str):
         if path.name.startswith(".") or not path.is_file():
             continue
-        shutil.copyfile(path, out / path.name)
+        (out / path.name).write_bytes(path.read_bytes())  # the warehouse may be an object store
         rows = str(sum(1 for _ in path.open(encoding="utf-8")) - 1) if path.suffix == ".csv" else ""
         table.add_row(str(out / path.name), _export_kind(path.name), rows)
     console.print(table)
@@ -297,7 +297,7 @@ def cmd_invoices(args: argparse.Namespace) -> int:
 
     config_path = Path(args.config)
     config = load_config(config_path)
-    warehouse = Warehouse.at(config.warehouse.path)
+    warehouse = Warehouse.of(config.warehouse)
     _invoice(config_path, args.period)  # a closed period is left as closed (R16)
     _copy_exports(exports_dir(warehouse, args.period), Path(args.out), f"Invoice files {args.period}")
     console.print(_status_line(warehouse, args.period))
@@ -310,7 +310,7 @@ def cmd_close(args: argparse.Namespace) -> int:
 
     config_path = Path(args.config)
     config = load_config(config_path)
-    warehouse = Warehouse.at(config.warehouse.path)
+    warehouse = Warehouse.of(config.warehouse)
     if not is_closed(warehouse, args.period):
         _invoice(config_path, args.period)  # close what the stored days say now
     manifest = close_period(config, warehouse, Period.parse(args.period), by=args.by, reason=args.reason)
@@ -333,7 +333,7 @@ def cmd_reopen(args: argparse.Namespace) -> int:
 
     config = load_config(Path(args.config))
     event = reopen_period(
-        Warehouse.at(config.warehouse.path), Period.parse(args.period), reason=args.reason, by=args.by
+        Warehouse.of(config.warehouse), Period.parse(args.period), reason=args.reason, by=args.by
     )
     console.print(
         f"{args.period}: [yellow]reopened[/] {event['at']} by {escape(event['by'])}: {escape(event['reason'])}\n"

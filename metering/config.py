@@ -247,8 +247,34 @@ class Tenant(_Model):
         return value
 
 
+# URI schemes of a warehouse on an object store, and the fsspec driver package each one needs.
+OBJECT_STORE_DRIVERS = {
+    "s3": "s3fs",
+    "s3a": "s3fs",
+    "gs": "gcsfs",
+    "gcs": "gcsfs",
+    "az": "adlfs",
+    "abfs": "adlfs",
+    "abfss": "adlfs",
+}
+
+
 class Warehouse(_Model):
-    path: str = Field(".gpumeter/warehouse", description="Directory of the Parquet warehouse.")
+    path: str = Field(
+        ".gpumeter/warehouse",
+        description="Where the Parquet warehouse is: a local directory, a file:// URI, or an object-store URI "
+        "(s3://bucket/prefix; gs://, az:// with their fsspec driver installed). Credentials come from the "
+        "environment or the pod's IAM role, never from this file (docs/deploy.md).",
+    )
+    endpoint_url: str | None = Field(
+        None,
+        pattern=r"^https?://[^\s/]+(/\S*)?$",
+        description="S3-compatible endpoint (MinIO, Ceph, ...); default $AWS_ENDPOINT_URL_S3 or $AWS_ENDPOINT_URL, "
+        "else AWS. Only for s3:// paths.",
+    )
+    region: str | None = Field(
+        None, pattern=r"^[a-z0-9-]+$", description="S3 region; default $AWS_REGION. Only for s3:// paths."
+    )
     persist_models: Literal["all", "marts"] = Field(
         "all",
         description="Store every model's day (all) or only the marts; staging/intermediate tables of a large "
@@ -257,8 +283,36 @@ class Warehouse(_Model):
     memory_limit: str = Field(
         "3GB",
         pattern=r"^\d+(\.\d+)?\s*(KB|MB|GB|TB|KiB|MiB|GiB|TiB)$",
-        description="DuckDB memory_limit of one metering run; past it DuckDB spills to <path>/.tmp.",
+        description="DuckDB memory_limit of one metering run; past it DuckDB spills to <path>/.tmp (for an "
+        "object-store path, to gpumeter/.tmp under the system temp directory).",
     )
+
+    @field_validator("path")
+    @classmethod
+    def _known_location(cls, value: str) -> str:
+        if "://" not in value:
+            return value
+        scheme, _, rest = value.partition("://")
+        scheme = scheme.lower()
+        if scheme == "file":
+            if not rest.startswith("/"):
+                raise ValueError(f"{value!r}: a file:// URI takes an absolute path (file:///srv/warehouse)")
+            return value
+        if scheme not in OBJECT_STORE_DRIVERS:
+            raise ValueError(
+                f"{value!r}: unknown storage scheme {scheme}://; use a local directory, file:///path, or "
+                f"one of {', '.join(s + '://bucket/prefix' for s in ('s3', 'gs', 'az'))}"
+            )
+        if not rest.strip("/"):
+            raise ValueError(f"{value!r} names no bucket; use {scheme}://bucket/prefix")
+        return value
+
+    @model_validator(mode="after")
+    def _s3_options_only_for_s3(self) -> Warehouse:
+        scheme = self.path.partition("://")[0].lower() if "://" in self.path else ""
+        if (self.endpoint_url or self.region) and scheme not in ("s3", "s3a"):
+            raise ValueError("endpoint_url and region apply to an s3:// path only; remove them or use s3://")
+        return self
 
 
 class Stranded(_Model):

@@ -272,8 +272,7 @@ def tenant_lines(lines: pa.Table, tenant: str) -> pa.Table:
 
 def write_invoice_csvs(lines: pa.Table, config: Config, period: Period, out_dir: Path) -> list[Path]:
     """`invoice_lines_<period>_all.csv` (every line, __idle__ and __unallocated__ included) and one file per
-    configured tenant that has lines. Each file is written atomically."""
-    out_dir = Path(out_dir)
+    configured tenant that has lines. Each file is written atomically (`out_dir` may be on an object store)."""
     written = [
         atomic_write_text(out_dir / f"invoice_lines_{period}_all.csv", invoice_csv(lines, config.minor_unit))
     ]

@@ -19,7 +19,6 @@ from __future__ import annotations
 import getpass
 import hashlib
 import json
-import os
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -28,7 +27,6 @@ from decimal import Decimal
 from pathlib import Path
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from metering.config import Config
 from metering.invoices import (
@@ -46,9 +44,16 @@ from metering.invoices import (
     round_money,
     write_invoice_csvs,
 )
-from metering.warehouse import MARTS, Warehouse, atomic_write_parquet, atomic_write_text
+from metering.warehouse import (
+    MARTS,
+    Warehouse,
+    append_line,
+    atomic_write_parquet,
+    atomic_write_text,
+    move,
+    read_parquet,
+)
 
-PERIODS = "periods"
 AUDIT_LOG = "audit.jsonl"
 FOCUS_SUFFIX = ".focus.csv"
 
@@ -65,11 +70,11 @@ def invoice_lines_path(warehouse: Warehouse, period: str) -> Path:
 
 
 def exports_dir(warehouse: Warehouse, period: str) -> Path:
-    return warehouse.root / "exports" / period
+    return warehouse.exports_dir(period)
 
 
 def period_dir(warehouse: Warehouse, period: str) -> Path:
-    return warehouse.root / PERIODS / period
+    return warehouse.periods_dir() / period
 
 
 def manifest_path(warehouse: Warehouse, period: str) -> Path:
@@ -81,7 +86,7 @@ def closed_lines_path(warehouse: Warehouse, period: str) -> Path:
 
 
 def audit_log_path(warehouse: Warehouse) -> Path:
-    return warehouse.root / PERIODS / AUDIT_LOG
+    return warehouse.periods_dir() / AUDIT_LOG
 
 
 def focus_path(out_dir: Path, period: Period | str) -> Path:
@@ -130,7 +135,7 @@ def is_closed(warehouse: Warehouse, period: str) -> bool:
 
 
 def closed_periods(warehouse: Warehouse) -> list[str]:
-    base = warehouse.root / PERIODS
+    base = warehouse.periods_dir()
     if not base.is_dir():
         return []
     return sorted(p.parent.name for p in base.glob("*/manifest.json"))
@@ -146,7 +151,7 @@ def status_of(warehouse: Warehouse, period: str, lines: pa.Table, minor_unit: in
 
 
 def read_lines(path: Path) -> pa.Table:
-    table = pq.read_table(path)
+    table = read_parquet(path)
     # Lines stored before adjustments existed lack the trailing columns: they are usage lines.
     for field in INVOICE_SCHEMA:
         if field.name not in table.column_names:
@@ -165,23 +170,8 @@ def stored_lines(warehouse: Warehouse, period: str) -> pa.Table | None:
 
 
 def append_audit(warehouse: Warehouse, event: dict) -> None:
-    """One JSON line per lifecycle event, appended (O_APPEND) and fsync'd; the file is never rewritten."""
-    path = audit_log_path(warehouse)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    created = not path.exists()
-    line = json.dumps(event, sort_keys=True, ensure_ascii=False) + "\n"
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    try:
-        os.write(fd, line.encode("utf-8"))
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    if created:  # the new directory entry must survive a crash too
-        dir_fd = os.open(path.parent, os.O_RDONLY)
-        try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
+    """One JSON line per lifecycle event, appended and made durable; earlier lines are never changed."""
+    append_line(audit_log_path(warehouse), json.dumps(event, sort_keys=True, ensure_ascii=False) + "\n")
 
 
 def read_audit(warehouse: Warehouse) -> list[dict]:
@@ -454,8 +444,8 @@ def reopen_period(
     stamp = at.replace(":", "")
     # The former manifest and closed lines are kept beside, renamed: nothing recorded is lost.
     # The manifest goes first: it is what makes the period closed.
-    os.replace(manifest_path(warehouse, key), folder / f"reopened-{stamp}.manifest.json")
-    os.replace(closed_lines_path(warehouse, key), folder / f"reopened-{stamp}.invoice_lines.parquet")
+    move(manifest_path(warehouse, key), folder / f"reopened-{stamp}.manifest.json")
+    move(closed_lines_path(warehouse, key), folder / f"reopened-{stamp}.invoice_lines.parquet")
     event = {
         "event": "reopen",
         "period": key,

@@ -57,7 +57,7 @@ def pull_raw_day(
                 counts[name] += table.num_rows
             snapshot = getattr(sources[cluster_name], "last_k8s_snapshot", None)
             if snapshot:  # keep the claims as read: template claims vanish with their pods
-                folder = warehouse.root / RAW / "k8s" / f"cluster={cluster_name}" / f"day={day.isoformat()}"
+                folder = warehouse.day_dir(RAW, "k8s", cluster_name, day)
                 for kind in ("resourceclaims", "resourceslices"):
                     if snapshot.get(kind) is not None:
                         atomic_write_text(folder / f"{kind}.json", json.dumps(snapshot[kind], sort_keys=True))
@@ -68,11 +68,7 @@ def pull_raw_day(
 def read_raw_day(warehouse: Warehouse, cluster: str, day: date) -> RawFiles:
     """The stored raw files of a (cluster, day): every Parquet file of its day folder (a fleet's day is
     written in parts), read in place by DuckDB."""
-    files = {}
-    for name in RAW_TABLES:
-        folder = warehouse.day_path(RAW, name, cluster, day).parent
-        files[name] = sorted(folder.glob("*.parquet")) if folder.is_dir() else []
-    return RawFiles(files)
+    return RawFiles({name: warehouse.day_files(RAW, name, cluster, day) for name in RAW_TABLES})
 
 
 def meter_partition_day(
@@ -87,7 +83,7 @@ def meter_partition_day(
     # R15: the day's raw files cannot change while they are read, and its models are one run's.
     with warehouse.day_lock(day):
         for cluster in config.clusters:
-            spill = warehouse.root / ".tmp" / f"duckdb-{cluster.name}-{day.isoformat()}-{os.getpid()}"
+            spill = warehouse.scratch_dir(f"duckdb-{cluster.name}-{day.isoformat()}-{os.getpid()}")
             try:
                 results[cluster.name] = meter_day(
                     read_raw_day(warehouse, cluster.name, day),

@@ -13,13 +13,23 @@ and a killed run leaves the previous file in place (R15).
 Runs of one day are serialized by a per-day lock file (`<root>/.locks/day=<YYYY-MM-DD>.lock`, fcntl.flock):
 two runs of the same day at once never interleave their files, so a day is always one run's (R15). The
 lock dies with its process, so a `kill -9` never leaves a day locked.
+
+The root may be an object store (`s3://bucket/prefix`; `gs://`, `az://` where the fsspec driver is
+installed). Paths are then universal_pathlib paths over fsspec, with the same API as pathlib, so every
+read, listing and write below goes through them. An object store has no rename: a file is written in one
+PUT, which is atomic (readers see the old or the new object). The day lock is then a lock object created
+with a conditional PUT (If-None-Match: *): only one run can create it; it is deleted when the run ends, and
+one left by a killed run is named in the error of the next run (docs/deploy.md). DuckDB reads the store in
+place through the same fsspec filesystem (`duckdb_paths`).
 """
 
 from __future__ import annotations
 
 import fcntl
+import io
 import os
 import re
+import socket
 import tempfile
 import time
 import uuid
@@ -28,15 +38,25 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, date, datetime
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
+from urllib.parse import unquote, urlparse
 
 import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
+from upath import UPath
+
+from metering.config import OBJECT_STORE_DRIVERS
+
+if TYPE_CHECKING:
+    from metering import config
 
 RAW = "raw"
 MARTS = "marts"
 INTERMEDIATE = "intermediate"
 STAGING = "staging"
+PERIODS = "periods"  # the invoice lifecycle of each period (metering/periods.py)
+EXPORTS = "exports"
 
 # How long a run waits for another run of the same day before it gives up (seconds).
 LOCK_TIMEOUT_ENV = "GPUMETER_LOCK_TIMEOUT_SECONDS"
@@ -49,13 +69,76 @@ class WarehouseError(RuntimeError):
     """A storage problem, with the path and what to do next."""
 
 
+# What to do when the store cannot be reached, said once for every way it fails.
+_STORE_HELP = (
+    "check the bucket exists, the endpoint (warehouse.endpoint_url or $AWS_ENDPOINT_URL) is reachable and "
+    "the credentials ($AWS_ACCESS_KEY_ID/$AWS_SECRET_ACCESS_KEY, or the pod's IAM role) may list and write it"
+)
+
+
+def is_object_store_uri(location: str) -> bool:
+    return urlparse(location).scheme.lower() in OBJECT_STORE_DRIVERS
+
+
+def local_path_of(location: str) -> str:
+    """A local path or `file://` URI as a path (`file:///srv/wh` -> `/srv/wh`)."""
+    parsed = urlparse(location)
+    if parsed.scheme.lower() != "file":
+        return location
+    if parsed.netloc not in ("", "localhost"):
+        raise WarehouseError(
+            f"warehouse {location}: a file:// URI names a local path (file:///srv/warehouse), not host "
+            f"{parsed.netloc!r}; use an object-store URI (s3://bucket/prefix) for remote storage"
+        )
+    return unquote(parsed.path)
+
+
+def store_options(
+    location: str, endpoint_url: str | None = None, region: str | None = None
+) -> dict[str, Any]:
+    """fsspec options of an object store: only endpoint and region come from the config; credentials come
+    from the driver's usual chain (environment, IAM role), never from the config file."""
+    if urlparse(location).scheme.lower() not in ("s3", "s3a"):
+        return {}
+    client: dict[str, Any] = {}
+    if region:
+        client["region_name"] = region
+    options: dict[str, Any] = {
+        # Fail in seconds, not minutes, when the endpoint is down; botocore still retries throttling.
+        "config_kwargs": {"connect_timeout": 10, "retries": {"max_attempts": 3, "mode": "standard"}},
+    }
+    if client:
+        options["client_kwargs"] = client
+    if endpoint_url:
+        options["endpoint_url"] = endpoint_url
+    return options
+
+
 @dataclass(frozen=True)
 class Warehouse:
-    root: Path
+    # A pathlib.Path for a local warehouse, a UPath (fsspec) for an object store: the same API.
+    root: Path | UPath
 
     @classmethod
-    def at(cls, root: str | os.PathLike[str]) -> Warehouse:
-        return cls(Path(root).expanduser().resolve())
+    def at(
+        cls, root: str | os.PathLike[str], *, endpoint_url: str | None = None, region: str | None = None
+    ) -> Warehouse:
+        """The warehouse at a local path, a `file://` URI or an object-store URI (`s3://bucket/prefix`).
+        An object store is checked once per process: a missing bucket or an unreachable endpoint is one
+        error naming the URI here, not a stack trace in the middle of a run."""
+        location = os.fspath(root)
+        if not is_object_store_uri(location):
+            return cls(Path(local_path_of(location)).expanduser().resolve())
+        return cls(_object_store_root(location.rstrip("/"), endpoint_url, region))
+
+    @classmethod
+    def of(cls, settings: config.Warehouse) -> Warehouse:
+        """The warehouse of a config's `warehouse:` section (metering.config.Warehouse)."""
+        return cls.at(settings.path, endpoint_url=settings.endpoint_url, region=settings.region)
+
+    @property
+    def is_object_store(self) -> bool:
+        return not isinstance(self.root, Path)
 
     # --- paths -------------------------------------------------------------------------------
     def table_dir(self, zone: str, table: str) -> Path:
@@ -64,8 +147,28 @@ class Warehouse:
     def day_path(self, zone: str, table: str, cluster: str, day: date) -> Path:
         return self.table_dir(zone, table) / f"cluster={cluster}" / f"day={day.isoformat()}" / "data.parquet"
 
+    def day_dir(self, zone: str, table: str, cluster: str, day: date) -> Path:
+        return self.day_path(zone, table, cluster, day).parent
+
+    def day_files(self, zone: str, table: str, cluster: str, day: date) -> list[Path]:
+        """Every Parquet file of a (cluster, day) folder: a fleet's raw day is written in parts."""
+        folder = self.day_dir(zone, table, cluster, day)
+        return sorted(folder.glob("*.parquet"), key=str) if folder.is_dir() else []
+
     def period_path(self, zone: str, table: str, period: str) -> Path:
         return self.table_dir(zone, table) / f"period={period}" / "data.parquet"
+
+    def exports_dir(self, period: str) -> Path:
+        return self.root / EXPORTS / period
+
+    def periods_dir(self) -> Path:
+        return self.root / PERIODS
+
+    def scratch_dir(self, name: str) -> Path:
+        """A local directory for DuckDB to spill to: under the root when it is local, else under the
+        system temp directory (on Kubernetes an emptyDir; docs/deploy.md)."""
+        base = Path(tempfile.gettempdir()) / "gpumeter" if self.is_object_store else self.root
+        return base / ".tmp" / name
 
     def day_paths(
         self, zone: str, table: str, days: Iterable[date], cluster: str | None = None
@@ -75,7 +178,7 @@ class Warehouse:
         if not base.exists():
             return []
         found = []
-        for path in sorted(base.glob("cluster=*/day=*/data.parquet")):
+        for path in sorted(base.glob("cluster=*/day=*/data.parquet"), key=str):
             c = path.parent.parent.name.removeprefix("cluster=")
             d = path.parent.name.removeprefix("day=")
             if d in wanted and (cluster is None or c == cluster):
@@ -85,7 +188,7 @@ class Warehouse:
     def days(self, zone: str, table: str) -> list[tuple[str, date]]:
         base = self.table_dir(zone, table)
         out = []
-        for path in sorted(base.glob("cluster=*/day=*/data.parquet")):
+        for path in sorted(base.glob("cluster=*/day=*/data.parquet"), key=str):
             out.append(
                 (
                     path.parent.parent.name.removeprefix("cluster="),
@@ -102,6 +205,10 @@ class Warehouse:
         if timeout_s is None:
             timeout_s = float(os.environ.get(LOCK_TIMEOUT_ENV, DEFAULT_LOCK_TIMEOUT_S))
         path = self.root / ".locks" / f"day={day.isoformat()}.lock"
+        if self.is_object_store:
+            with _object_lock(path, f"day {day.isoformat()}", timeout_s):
+                yield
+            return
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
@@ -146,9 +253,7 @@ class Warehouse:
         if not paths:
             return None
         # Every stored table carries its own cluster/day columns: read files without hive inference.
-        return pa.concat_tables(
-            [pq.read_table(p, partitioning=None) for p in paths], promote_options="default"
-        )
+        return pa.concat_tables([read_parquet(p) for p in paths], promote_options="default")
 
     def connect(self) -> duckdb.DuckDBPyConnection:
         """An in-memory DuckDB session with a view per stored table: reading never locks a writer.
@@ -158,13 +263,12 @@ class Warehouse:
             zone_dir = self.root / zone
             if not zone_dir.exists():
                 continue
-            for table_dir in sorted(p for p in zone_dir.iterdir() if p.is_dir()):
+            for table_dir in sorted((p for p in zone_dir.iterdir() if p.is_dir()), key=str):
                 # The directory name becomes an SQL identifier: anything gpumeter did not name is not a table.
                 if not _TABLE_NAME.match(table_dir.name) or not any(table_dir.glob("**/data.parquet")):
                     continue
-                pattern = str(table_dir / "**" / "data.parquet").replace(
-                    "'", "''"
-                )  # a view takes no parameters
+                (pattern,) = duckdb_paths(con, [table_dir / "**" / "data.parquet"])
+                pattern = pattern.replace("'", "''")  # a view takes no parameters
                 con.execute(
                     f'CREATE OR REPLACE VIEW "{table_dir.name}" AS '
                     f"SELECT * FROM read_parquet('{pattern}', hive_partitioning = false, union_by_name = true)"
@@ -172,8 +276,108 @@ class Warehouse:
         return con
 
 
+def _object_store_root(location: str, endpoint_url: str | None, region: str | None) -> UPath:
+    try:
+        root = UPath(location, **store_options(location, endpoint_url, region))
+    except (ImportError, ValueError) as exc:
+        driver = OBJECT_STORE_DRIVERS[urlparse(location).scheme.lower()]
+        raise WarehouseError(
+            f"warehouse {location}: {exc}. Install the fsspec driver {driver} (pip install {driver}) "
+            "or set warehouse.path to a local directory"
+        ) from None
+    if not root.path.strip("/"):
+        raise WarehouseError(f"warehouse {location}: the URI names no bucket; use s3://bucket/prefix")
+    _check_reachable(root)
+    return root
+
+
+_REACHED: set[str] = set()  # object-store roots already checked by this process
+
+
+def _check_reachable(root: UPath) -> None:
+    key = f"{root} {sorted(root.storage_options.items())}"
+    if key in _REACHED:
+        return
+    bucket, _, prefix = root.path.strip("/").partition("/")
+    try:
+        if hasattr(root.fs, "call_s3"):  # list the prefix only: IAM often grants ListBucket on it alone
+            root.fs.call_s3(
+                "list_objects_v2", Bucket=bucket, Prefix=f"{prefix}/" if prefix else "", MaxKeys=1
+            )
+        else:
+            root.fs.ls(bucket, detail=False)
+    except Exception as exc:  # noqa: BLE001 - every driver has its own errors; all mean the same here
+        raise WarehouseError(
+            f"warehouse {root} cannot be used ({type(exc).__name__}: {exc}); {_STORE_HELP}"
+        ) from None
+    _REACHED.add(key)
+
+
+def duckdb_paths(con: duckdb.DuckDBPyConnection, paths: Iterable[Path | UPath]) -> list[str]:
+    """The strings DuckDB reads `paths` by: an object-store path gets its fsspec filesystem registered
+    with `con` (DuckDB's own httpfs is not needed), so DuckDB reads the objects where they lie."""
+    out = []
+    for path in paths:
+        if not isinstance(path, Path):
+            fs = path.fs
+            if not con.filesystem_is_registered(
+                fs.protocol if isinstance(fs.protocol, str) else fs.protocol[0]
+            ):
+                con.register_filesystem(fs)
+        out.append(str(path))
+    return out
+
+
+def read_parquet(path: Path | UPath) -> pa.Table:
+    """A stored Parquet file, local or on an object store (without Hive inference: tables carry their
+    own cluster/day columns)."""
+    if isinstance(path, Path):
+        return pq.read_table(path, partitioning=None)
+    with path.open("rb") as fh:
+        return pq.read_table(fh, partitioning=None)
+
+
+@contextmanager
+def _object_lock(path: UPath, what: str, timeout_s: float) -> Iterator[None]:
+    """A lock object created only if absent (conditional PUT): the run that creates it holds `what`."""
+    since = datetime.now(UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+    holder = f"pid {os.getpid()} on {socket.gethostname()} since {since}"
+    deadline = time.monotonic() + max(0.0, timeout_s)
+    while True:
+        try:
+            path.fs.pipe_file(path.path, holder.encode(), mode="create")
+            break
+        except FileExistsError:
+            if time.monotonic() >= deadline:
+                try:
+                    held_by = path.read_text(encoding="utf-8").strip() or "another run"
+                except OSError:
+                    held_by = "another run"
+                raise WarehouseError(
+                    f"{what} is being written by {held_by} (lock {path}); this run wrote nothing. Wait for it "
+                    f"to finish and re-run, or raise {LOCK_TIMEOUT_ENV}. If that run is dead (pod killed), "
+                    f"delete the lock object {path} and re-run."
+                ) from None
+            time.sleep(0.5)
+        except OSError as exc:
+            if "conflict" in str(exc).lower():  # S3's 409 ConditionalRequestConflict: a racing create; retry
+                time.sleep(0.5)
+                continue
+            raise WarehouseError(
+                f"could not create the lock {path}: {exc}. Nothing was written; {_STORE_HELP}"
+            ) from None
+    try:
+        yield
+    finally:
+        path.fs.rm_file(path.path)
+
+
 def atomic_write_parquet(path: Path, rows: pa.Table) -> Path:
     """Write `rows` to `path` so that the file is either the old one or the complete new one."""
+    if not isinstance(path, Path):
+        buffer = io.BytesIO()
+        pq.write_table(rows, buffer, compression="zstd")
+        return _put_object(path, buffer.getvalue())
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         # The pid in the name lets a later write remove what a killed writer left (_sweep_stale_temps).
@@ -220,7 +424,20 @@ def _sweep_stale_temps(path: Path) -> None:
             continue
 
 
+def _put_object(path: UPath, data: bytes) -> UPath:
+    """An object-store write: one PUT of the whole object, which readers see whole or not at all."""
+    try:
+        path.fs.pipe_file(path.path, data)
+    except OSError as exc:
+        raise WarehouseError(
+            f"could not write {path}: {exc}. Earlier results are untouched; {_STORE_HELP}"
+        ) from None
+    return path
+
+
 def atomic_write_text(path: Path, text: str) -> Path:
+    if not isinstance(path, Path):
+        return _put_object(path, text.encode("utf-8"))
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.{os.getpid()}.", suffix=".tmp", dir=path.parent)
@@ -246,3 +463,36 @@ def atomic_write_text(path: Path, text: str) -> Path:
         Path(tmp_name).unlink(missing_ok=True)
         raise
     return path
+
+
+def append_line(path: Path, line: str) -> None:
+    """Append one line to a log that is never rewritten. Locally: O_APPEND and fsync (the file, and its
+    directory entry when new). An object has no append: the log is read and put back whole in one PUT
+    (period close/reopen are rare and run one at a time, docs/deploy.md)."""
+    if not isinstance(path, Path):
+        before = path.read_bytes() if path.exists() else b""
+        _put_object(path, before + line.encode("utf-8"))
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    created = not path.exists()
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, line.encode("utf-8"))
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    if created:  # the new directory entry must survive a crash too
+        dir_fd = os.open(path.parent, os.O_RDONLY)
+        try:
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)
+
+
+def move(source: Path, target: Path) -> None:
+    """Rename a file: atomic locally; on an object store a copy then a delete (the source stays whole
+    until the copy is complete)."""
+    if isinstance(source, Path):
+        os.replace(source, target)
+    else:
+        source.fs.mv(source.path, target.path)

@@ -23,7 +23,7 @@ class GpumeterConfigResource(ConfigurableResource):
 
     @property
     def warehouse(self) -> Warehouse:
-        return Warehouse.at(self.config.warehouse.path)
+        return Warehouse.of(self.config.warehouse)
 
     def source(self, cluster: str) -> RawSource:
         cluster_spec = self.config.cluster(cluster)
