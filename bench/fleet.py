@@ -24,6 +24,7 @@ import argparse
 import json
 import os
 import platform
+import shutil
 import subprocess
 import sys
 import threading
@@ -249,6 +250,41 @@ def step_dashboard(ws: Workspace) -> Measure:
             raise SystemExit(f"dashboard page {page} failed: {[e.value for e in at.exception]}")
     marts = _rows(sorted((ws.warehouse / "marts").glob("*/cluster=*/day=*/data.parquet")))
     return Measure("dashboard", ws.gpus, max(pages.values()), marts, extra={"pages": pages})
+
+
+def replicate_month(day_ws: Workspace, month_ws: Workspace) -> int:
+    """A month of the fleet's marts for the dashboard and the roll-up at fleet size (not measured): the
+    metered day's marts stored again for each day of the month, its dates and times moved by whole days.
+    The marts have the size and shape of a metered month of that fleet (metering 30 days of 10,000 GPUs
+    would take hours here); their figures repeat one day's. Returns the mart rows written."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    write_config(month_ws)
+    source = day_ws.warehouse / "marts"
+    rows = 0
+    for path in sorted(source.glob(f"*/cluster={CLUSTER}/day=*/data.parquet")):
+        table = pq.read_table(path, partitioning=None)
+        for offset in range(month_ws.days):
+            shift = timedelta(days=offset)
+            columns = []
+            for field_, column in zip(table.schema, table.columns, strict=True):
+                if pa.types.is_date(field_.type):
+                    column = pc.add(column.cast(pa.int32()), pa.scalar(offset, pa.int32())).cast(field_.type)
+                elif pa.types.is_timestamp(field_.type):
+                    column = pc.add(column, pa.scalar(shift).cast(pa.duration(field_.type.unit)))
+                elif pa.types.is_integer(field_.type) and field_.name.endswith("_ms"):
+                    column = pc.add(column, pa.scalar(int(shift.total_seconds() * 1000), field_.type))
+                columns.append(column)
+            day = day_ws.start + shift
+            target = month_ws.warehouse / "marts" / path.parts[-4] / f"cluster={CLUSTER}" / f"day={day}"
+            target.mkdir(parents=True, exist_ok=True)
+            pq.write_table(
+                pa.table(columns, schema=table.schema), target / "data.parquet", compression="zstd"
+            )
+            rows += table.num_rows
+    return rows
 
 
 # --- Prometheus (d), (e) ------------------------------------------------------------------------
@@ -488,6 +524,16 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     for _ in range(args.repeat):
         measure("single_pass", fleet, "--day", fleet.start.isoformat())
         measure("meter", fleet, "--day", fleet.start.isoformat())
+    if args.fleet_month_days:
+        # The dashboard and the roll-up over a month of the fleet (marts of the metered day, re-dated).
+        fleet_month = Workspace(work / f"fleet-month-{args.gpus}", args.gpus, args.fleet_month_days)
+        shutil.rmtree(fleet_month.warehouse, ignore_errors=True)
+        rows = replicate_month(fleet, fleet_month)
+        say(
+            f"{args.gpus} GPUs x {args.fleet_month_days} days of marts: {rows:,} rows (the metered day re-dated)"
+        )
+        measure("rollup", fleet_month)
+        measure("dashboard", fleet_month)
     if args.pandas_gpus:
         small = (
             fleet
@@ -576,6 +622,12 @@ def main(argv: list[str] | None = None) -> int:
         "--month-gpus", type=int, default=1_000, help="fleet metered day by day for a month; 0 skips"
     )
     r.add_argument("--month-days", type=int, default=30)
+    r.add_argument(
+        "--fleet-month-days",
+        type=int,
+        default=30,
+        help="days of the fleet's metered marts, re-dated, under the dashboard and roll-up; 0 skips",
+    )
     r.add_argument("--prom-gpus", type=int, default=200, help="fleet backfilled into Prometheus; 0 skips")
     r.add_argument("--repeat", type=int, default=1)
     r.add_argument(
