@@ -139,7 +139,7 @@ def step_meter(ws: Workspace, day: date) -> Measure:
 
     config = load_config(ws.config_path)
     started = time.perf_counter()
-    counts, _ = meter_partition_day(config, Warehouse.at(config.warehouse.path), day)
+    counts, _ = meter_partition_day(config, Warehouse.at(config.warehouse.path), day, clusters=[CLUSTER])
     wall = time.perf_counter() - started
     return Measure(
         "meter",
