@@ -622,7 +622,8 @@ def build_parser() -> argparse.ArgumentParser:
     demo.set_defaults(func=cmd_demo)
 
     run = sub.add_parser(
-        "run", help="meter days (the same Dagster job the schedule runs) and invoice their months"
+        "run",
+        help="meter days, one run per (cluster, day) (the Dagster job the schedule runs), and invoice their months",
     )
     run.add_argument("--config", required=True, help="gpumeter YAML config")
     run.add_argument("--start", required=True, type=_date, help="first day, YYYY-MM-DD (UTC)")
