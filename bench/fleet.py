@@ -140,7 +140,7 @@ def step_meter(ws: Workspace, day: date) -> Measure:
 
     config = load_config(ws.config_path)
     started = time.perf_counter()
-    counts, _ = meter_partition_day(config, Warehouse.of(config.warehouse), day)
+    counts, _ = meter_partition_day(config, Warehouse.of(config.warehouse), day, clusters=[CLUSTER])
     wall = time.perf_counter() - started
     return Measure(
         "meter",

@@ -103,22 +103,29 @@ def _progress() -> Progress:
     )
 
 
-def _meter(config_path: Path, days: list[date]) -> list[str]:
-    """Run the meter_day job per day; returns one line per failed check, with the days it failed on."""
+def _meter(config_path: Path, days: list[date], clusters: list[str] | None = None) -> list[str]:
+    """Run the meter_day job per (cluster, day) partition; returns one line per failed check, naming the
+    partitions it failed on."""
+    from metering.runner import select_clusters
     from pipelines.launch import meter_days  # lazy: Dagster loads only for commands that run jobs
 
+    names = select_clusters(load_config(config_path), clusters)
     failed: dict[str, list[str]] = {}
     with _progress() as progress:
-        task = progress.add_task("metering days", total=len(days))
+        task = progress.add_task(
+            f"metering {len(names)} cluster(s) x {len(days)} day(s)", total=len(days) * len(names)
+        )
 
         def done(outcome: object) -> None:
             for check in getattr(outcome, "failed_checks", []):
-                failed.setdefault(check, []).append(outcome.partition)  # type: ignore[attr-defined]
+                where = f"{outcome.cluster} {outcome.day}"  # type: ignore[attr-defined]
+                failed.setdefault(check, []).append(where)
             progress.advance(task)
 
-        meter_days(str(config_path), days, on_day=done)
+        meter_days(str(config_path), days, on_day=done, clusters=names)
     return [
-        f"{check} on {len(on)} day(s): {on[0]}" + (f" .. {on[-1]}" if len(on) > 1 else "")
+        f"{check} on {len(on)} (cluster, day) partition(s): "
+        + (", ".join(on) if len(on) <= 4 else f"{on[0]} .. {on[-1]}")
         for check, on in failed.items()
     ]
 
@@ -226,9 +233,10 @@ def print_summary(config_path: Path, first: date, last: date) -> bool:
     return ok
 
 
-def meter_and_invoice(config_path: Path, days: list[date]) -> bool:
-    """The meter_day job for each day, the invoice_month job for each month touched, then the summary."""
-    warned = _meter(config_path, days)
+def meter_and_invoice(config_path: Path, days: list[date], clusters: list[str] | None = None) -> bool:
+    """The meter_day job for each (cluster, day) partition (default: every cluster of the config), the
+    invoice_month job for each month touched, then the summary."""
+    warned = _meter(config_path, days, clusters)
     for period in sorted({str(Period.of(d)) for d in days}):
         _invoice(config_path, period)
     for line in warned:
@@ -254,7 +262,7 @@ def copy_invoices(config_path: Path, days: list[date], out: Path) -> Path:
 def cmd_run(args: argparse.Namespace) -> int:
     config_path = Path(args.config)
     load_config(config_path)  # fail fast, with every problem, before Dagster starts
-    return 0 if meter_and_invoice(config_path, _days(args.start, args.end)) else 1
+    return 0 if meter_and_invoice(config_path, _days(args.start, args.end), args.cluster) else 1
 
 
 def _export_kind(name: str) -> str:
@@ -614,11 +622,19 @@ def build_parser() -> argparse.ArgumentParser:
     demo.set_defaults(func=cmd_demo)
 
     run = sub.add_parser(
-        "run", help="meter days (the same Dagster job the schedule runs) and invoice their months"
+        "run",
+        help="meter days, one run per (cluster, day) (the Dagster job the schedule runs), and invoice their months",
     )
     run.add_argument("--config", required=True, help="gpumeter YAML config")
     run.add_argument("--start", required=True, type=_date, help="first day, YYYY-MM-DD (UTC)")
     run.add_argument("--end", required=True, type=_date, help="last day, inclusive, YYYY-MM-DD (UTC)")
+    run.add_argument(
+        "--cluster",
+        action="append",
+        metavar="NAME",
+        help="meter this cluster of the config only; repeat for several (default: every cluster). Each "
+        "(cluster, day) is its own run of the job",
+    )
     run.set_defaults(func=cmd_run)
 
     inv = sub.add_parser(

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import date
 from decimal import Decimal
@@ -16,7 +16,7 @@ import pyarrow as pa
 
 from metering import periods
 from metering.accounting import LAYERS, RawDay, RawFiles, load_models, lookback_ms, meter_day
-from metering.config import Config
+from metering.config import Config, ConfigError
 from metering.invoices import INVOICE_SCHEMA, Period, Reconciliation, reconcile
 from metering.periods import exports_dir, invoice_lines_path  # noqa: F401 - their home before periods.py
 from metering.schema import RAW_TABLES
@@ -35,22 +35,39 @@ def _quiet(_: str) -> None:
     return None
 
 
+def select_clusters(config: Config, clusters: Iterable[str] | None) -> list[str]:
+    """The named clusters of the config (default: all of them), in config order; an unknown name is an error."""
+    known = [c.name for c in config.clusters]
+    if clusters is None:
+        return known
+    wanted = list(dict.fromkeys(clusters))
+    unknown = [c for c in wanted if c not in known]
+    if unknown:
+        raise ConfigError(
+            "clusters", [("", f"{', '.join(unknown)} not in the config (its clusters: {', '.join(known)})")]
+        )
+    return [c for c in known if c in wanted]
+
+
 def pull_raw_day(
     config: Config,
     warehouse: Warehouse,
     day: date,
     source_for: Callable[[str], RawSource],
     log: Log = _quiet,
+    clusters: Iterable[str] | None = None,
 ) -> dict[str, int]:
-    """Fetch the day (with its lookback) from every cluster's source into the raw zone."""
+    """Fetch the day (with its lookback) of the given clusters (default: every cluster of the config; the
+    assets pass their partition's one) from their sources into the raw zone."""
+    names = select_clusters(config, clusters)
     counts: dict[str, int] = dict.fromkeys(RAW_TABLES, 0)
     fetched: dict[str, RawDay] = {}
-    sources = {cluster.name: source_for(cluster.name) for cluster in config.clusters}
+    sources = {name: source_for(name) for name in names}
     # Fetch every cluster before writing any: a source that fails leaves the stored day untouched.
-    for cluster in config.clusters:
-        fetched[cluster.name] = sources[cluster.name].fetch_day(cluster.name, day, lookback_ms(config))
-    # R15: one run of the day writes at a time, and never while the day is being metered.
-    with warehouse.day_lock(day):
+    for name in names:
+        fetched[name] = sources[name].fetch_day(name, day, lookback_ms(config))
+    # R15: one run of a (cluster, day) writes at a time, and never while it is being metered.
+    with warehouse.day_locks(day, names):
         for cluster_name, raw in fetched.items():
             for name, table in raw.tables().items():
                 warehouse.write_day(RAW, name, cluster_name, day, table)
@@ -72,23 +89,29 @@ def read_raw_day(warehouse: Warehouse, cluster: str, day: date) -> RawFiles:
 
 
 def meter_partition_day(
-    config: Config, warehouse: Warehouse, day: date, log: Log = _quiet
+    config: Config,
+    warehouse: Warehouse,
+    day: date,
+    log: Log = _quiet,
+    clusters: Iterable[str] | None = None,
 ) -> tuple[dict[str, int], dict[str, dict[str, pa.Table]]]:
-    """Meter every cluster of the day from the raw zone; compute all clusters, then write (R15).
-    Returns row counts per model and the tables per cluster (for the asset checks). With
-    `warehouse.persist_models: marts` staging and intermediate models stay inside DuckDB."""
+    """Meter the day of the given clusters (default: every cluster of the config; the assets pass their
+    partition's one) from the raw zone; compute them all, then write (R15). Returns row counts per model
+    and the tables per cluster (for the asset checks). With `warehouse.persist_models: marts` staging and
+    intermediate models stay inside DuckDB."""
+    names = select_clusters(config, clusters)
     keep = LAYERS if config.warehouse.persist_models == "all" else ("marts",)
     results: dict[str, dict[str, pa.Table]] = {}
     counts: dict[str, int] = {}
-    # R15: the day's raw files cannot change while they are read, and its models are one run's.
-    with warehouse.day_lock(day):
-        for cluster in config.clusters:
-            spill = warehouse.scratch_dir(f"duckdb-{cluster.name}-{day.isoformat()}-{os.getpid()}")
+    # R15: a (cluster, day)'s raw files cannot change while they are read, and its models are one run's.
+    with warehouse.day_locks(day, names):
+        for name in names:
+            spill = warehouse.scratch_dir(f"duckdb-{name}-{day.isoformat()}-{os.getpid()}")
             try:
-                results[cluster.name] = meter_day(
-                    read_raw_day(warehouse, cluster.name, day),
+                results[name] = meter_day(
+                    read_raw_day(warehouse, name, day),
                     config,
-                    cluster.name,
+                    name,
                     day,
                     keep_layers=keep,
                     temp_directory=spill,

@@ -10,17 +10,19 @@ opened by the dashboard at the same time, and a reader holding it read-only bloc
 files are replaced with an atomic rename, so a reader sees the old day or the new day, never half of one,
 and a killed run leaves the previous file in place (R15).
 
-Runs of one day are serialized by a per-day lock file (`<root>/.locks/day=<YYYY-MM-DD>.lock`, fcntl.flock):
-two runs of the same day at once never interleave their files, so a day is always one run's (R15). The
-lock dies with its process, so a `kill -9` never leaves a day locked.
+Runs of one (cluster, day) are serialized by a lock file
+(`<root>/.locks/cluster=<cluster>/day=<YYYY-MM-DD>.lock`, fcntl.flock): two runs of the same partition at once
+never interleave their files, so a (cluster, day) is always one run's (R15), while runs of other clusters of
+the same day, which write other folders, go ahead at once. The lock dies with its process, so a `kill -9`
+never leaves a partition locked.
 
 The root may be an object store (`s3://bucket/prefix`; `gs://`, `az://` where the fsspec driver is
 installed). Paths are then universal_pathlib paths over fsspec, with the same API as pathlib, so every
 read, listing and write below goes through them. An object store has no rename: a file is written in one
-PUT, which is atomic (readers see the old or the new object). The day lock is then a lock object created
-with a conditional PUT (If-None-Match: *): only one run can create it; it is deleted when the run ends, and
-one left by a killed run is named in the error of the next run (docs/deploy.md). DuckDB reads the store in
-place through the same fsspec filesystem (`duckdb_paths`).
+PUT, which is atomic (readers see the old or the new object). The (cluster, day) lock is then a lock object
+created with a conditional PUT (If-None-Match: *): only one run can create it; it is deleted when the run
+ends, and one left by a killed run is named in the error of the next run (docs/deploy.md). DuckDB reads the
+store in place through the same fsspec filesystem (`duckdb_paths`).
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ import tempfile
 import time
 import uuid
 from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from datetime import UTC, date, datetime
 from pathlib import Path
@@ -197,16 +199,29 @@ class Warehouse:
             )
         return out
 
-    # --- the per-day lock --------------------------------------------------------------------
     @contextmanager
-    def day_lock(self, day: date, timeout_s: float | None = None) -> Iterator[None]:
-        """Hold the day's lock: another run of the day waits (up to `timeout_s`, default from
-        $GPUMETER_LOCK_TIMEOUT_SECONDS, else 6 h) and then fails with one message; it never writes beside us."""
+    def day_locks(self, day: date, clusters: Iterable[str]) -> Iterator[None]:
+        """Hold the locks of several clusters of the day, taken in name order so that two runs over
+        overlapping clusters never wait on each other in a cycle."""
+        with ExitStack() as stack:
+            for cluster in sorted(set(clusters)):
+                stack.enter_context(self.day_lock(day, cluster=cluster))
+            yield
+
+    # --- the per-(cluster, day) lock ---------------------------------------------------------
+    def lock_path(self, cluster: str, day: date) -> Path:
+        return self.root / ".locks" / f"cluster={cluster}" / f"day={day.isoformat()}.lock"
+
+    @contextmanager
+    def day_lock(self, day: date, *, cluster: str, timeout_s: float | None = None) -> Iterator[None]:
+        """Hold the (cluster, day)'s lock: another run of it waits (up to `timeout_s`, default from
+        $GPUMETER_LOCK_TIMEOUT_SECONDS, else 6 h) and then fails with one message; it never writes beside us.
+        `cluster` is required: a day-wide lock would not exclude the per-cluster ones."""
         if timeout_s is None:
             timeout_s = float(os.environ.get(LOCK_TIMEOUT_ENV, DEFAULT_LOCK_TIMEOUT_S))
-        path = self.root / ".locks" / f"day={day.isoformat()}.lock"
+        path = self.lock_path(cluster, day)
         if self.is_object_store:
-            with _object_lock(path, f"day {day.isoformat()}", timeout_s):
+            with _object_lock(path, f"cluster {cluster} day {day.isoformat()}", timeout_s):
                 yield
             return
         try:
@@ -227,8 +242,8 @@ class Warehouse:
                     if time.monotonic() >= deadline:
                         holder = os.pread(fd, 200, 0).decode("utf-8", "replace").strip() or "another run"
                         raise WarehouseError(
-                            f"day {day.isoformat()} is being written by {holder} (lock {path}); this run wrote "
-                            f"nothing. Wait for it to finish and re-run, or raise {LOCK_TIMEOUT_ENV}."
+                            f"cluster {cluster} day {day.isoformat()} is being written by {holder} (lock {path}); "
+                            f"this run wrote nothing. Wait for it to finish and re-run, or raise {LOCK_TIMEOUT_ENV}."
                         ) from None
                     time.sleep(0.1)
             since = datetime.now(UTC).isoformat(timespec="seconds").replace("+00:00", "Z")

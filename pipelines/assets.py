@@ -1,5 +1,7 @@
 """Daily assets from raw samples through staging and intermediate models to marts (the monthly invoice
-assets are in billing_assets.py). Each asset body is a thin shell: the work is metering.accounting."""
+assets are in billing_assets.py), partitioned by (cluster, day). Each asset body is a thin shell: the work
+is metering.accounting. The assets are built per config (`build_day_assets`) because the cluster dimension
+of their partitions is the config's cluster names."""
 
 from collections.abc import Iterator
 from datetime import date
@@ -8,9 +10,11 @@ from dagster import (
     AssetCheckResult,
     AssetExecutionContext,
     AssetKey,
+    AssetsDefinition,
     AssetSpec,
     MaterializeResult,
     MetadataValue,
+    MultiPartitionsDefinition,
     multi_asset,
 )
 
@@ -18,7 +22,7 @@ from metering.accounting import load_models, lookback_ms
 from metering.runner import meter_partition_day, pull_raw_day
 from pipelines import checks
 from pipelines.checks import CHECK_SPECS
-from pipelines.partitions import daily_partitions
+from pipelines.partitions import split_cluster_day
 from pipelines.resources import GpumeterConfigResource
 
 RAW_GROUP = "raw"
@@ -30,32 +34,6 @@ RAW_SPECS = [
     AssetSpec("raw_dra_allocations", group_name=RAW_GROUP, description="ResourceClaim allocations (DRA)."),
     AssetSpec("raw_dra_devices", group_name=RAW_GROUP, description="ResourceSlice devices (DRA)."),
 ]
-
-
-def _day(context: AssetExecutionContext) -> date:
-    return date.fromisoformat(context.partition_key)
-
-
-@multi_asset(specs=RAW_SPECS, partitions_def=daily_partitions, name="raw_samples")
-def raw_samples(
-    context: AssetExecutionContext, gpumeter: GpumeterConfigResource
-) -> Iterator[MaterializeResult]:
-    """Pull one day of every cluster from its source and store it (with the lookback) in the raw zone."""
-    config = gpumeter.config
-    counts = pull_raw_day(
-        config,
-        gpumeter.warehouse,
-        _day(context),
-        source_for=gpumeter.source,
-        log=context.log.info,
-    )
-    for spec in RAW_SPECS:
-        name = spec.key.path[-1]
-        yield MaterializeResult(
-            asset_key=spec.key,
-            metadata={"rows": MetadataValue.int(counts.get(name, 0)), "lookback_ms": lookback_ms(config)},
-        )
-
 
 MODEL_SPECS = [
     AssetSpec(
@@ -69,22 +47,55 @@ MODEL_SPECS = [
 ]
 
 
-@multi_asset(
-    specs=MODEL_SPECS,
-    check_specs=CHECK_SPECS,
-    partitions_def=daily_partitions,
-    name="day_accounting",
-    can_subset=False,
-)
-def day_accounting(
-    context: AssetExecutionContext, gpumeter: GpumeterConfigResource
-) -> Iterator[MaterializeResult | AssetCheckResult]:
-    """Run every SQL model for the day in one DuckDB session; each model replaces its day's file (R15)."""
-    counts, results = meter_partition_day(
-        gpumeter.config, gpumeter.warehouse, _day(context), log=context.log.info
-    )
-    for model in load_models():
-        yield MaterializeResult(
-            asset_key=model.name, metadata={"rows": MetadataValue.int(counts.get(model.name, 0))}
+def _cluster_day(context: AssetExecutionContext) -> tuple[str, date]:
+    return split_cluster_day(context.multi_partition_key)
+
+
+def build_day_assets(partitions_def: MultiPartitionsDefinition) -> list[AssetsDefinition]:
+    """The daily assets over (cluster, day) partitions (pipelines.partitions.cluster_day_partitions)."""
+
+    @multi_asset(specs=RAW_SPECS, partitions_def=partitions_def, name="raw_samples")
+    def raw_samples(
+        context: AssetExecutionContext, gpumeter: GpumeterConfigResource
+    ) -> Iterator[MaterializeResult]:
+        """Pull one cluster's day from its source and store it (with the lookback) in the raw zone."""
+        config = gpumeter.config
+        cluster, day = _cluster_day(context)
+        counts = pull_raw_day(
+            config,
+            gpumeter.warehouse,
+            day,
+            source_for=gpumeter.source,
+            log=context.log.info,
+            clusters=[cluster],
         )
-    yield from checks.evaluate(results, gpumeter.config)
+        for spec in RAW_SPECS:
+            name = spec.key.path[-1]
+            yield MaterializeResult(
+                asset_key=spec.key,
+                metadata={"rows": MetadataValue.int(counts.get(name, 0)), "lookback_ms": lookback_ms(config)},
+            )
+
+    @multi_asset(
+        specs=MODEL_SPECS,
+        check_specs=CHECK_SPECS,
+        partitions_def=partitions_def,
+        name="day_accounting",
+        can_subset=False,
+    )
+    def day_accounting(
+        context: AssetExecutionContext, gpumeter: GpumeterConfigResource
+    ) -> Iterator[MaterializeResult | AssetCheckResult]:
+        """Run every SQL model of the (cluster, day) in one DuckDB session; each model replaces the
+        partition's file (R15)."""
+        cluster, day = _cluster_day(context)
+        counts, results = meter_partition_day(
+            gpumeter.config, gpumeter.warehouse, day, log=context.log.info, clusters=[cluster]
+        )
+        for model in load_models():
+            yield MaterializeResult(
+                asset_key=model.name, metadata={"rows": MetadataValue.int(counts.get(model.name, 0))}
+            )
+        yield from checks.evaluate(results, gpumeter.config)
+
+    return [raw_samples, day_accounting]

@@ -6,6 +6,7 @@ from collections.abc import Iterator
 
 from dagster import (
     AssetCheckResult,
+    AssetDep,
     AssetExecutionContext,
     MaterializeResult,
     MetadataValue,
@@ -14,7 +15,7 @@ from dagster import (
 
 from metering.runner import export_month, roll_up_month
 from pipelines import checks
-from pipelines.partitions import monthly_partitions
+from pipelines.partitions import MONTH_OF_CLUSTER_DAYS, monthly_partitions
 from pipelines.resources import GpumeterConfigResource
 
 GROUP = "invoices"
@@ -28,7 +29,10 @@ def _period(context: AssetExecutionContext) -> str:
     name="invoice_lines",
     group_name=GROUP,
     partitions_def=monthly_partitions,
-    deps=["mart_tenant_daily_cost", "mart_pool_daily_cost"],
+    deps=[
+        AssetDep(mart, partition_mapping=MONTH_OF_CLUSTER_DAYS)
+        for mart in ("mart_tenant_daily_cost", "mart_pool_daily_cost")
+    ],
     check_specs=[checks.INVOICE_LINES_CHECK],
     kinds={"python", "parquet"},
     description="Monthly invoice lines per tenant (R12, R14), rolled up from the month's days, with the "

@@ -1,5 +1,6 @@
-"""Asset checks of a metered day. The specs are declared here and evaluated by the `day_accounting`
-multi-asset right after it writes the day, so each result belongs to that day's partition.
+"""Asset checks of a metered (cluster, day). The specs are declared here and evaluated by the
+`day_accounting` multi-asset right after it writes its partition, so each result belongs to that (cluster,
+day); the functions take the tables per cluster, and name the cluster in what they report.
 
 - R13 conservation (blocking): Σ tenant, __unallocated__ and __idle__ amounts = pool cost, exactly.
 - No over-booked device: holders' shares of a device sample ≤ 1; a MIG GPU's instance weights ≤ 1.
@@ -41,7 +42,7 @@ CHECK_SPECS = [
         "conservation_r13",
         asset="mart_tenant_daily_cost",
         blocking=True,
-        description="R13: tenants + __unallocated__ + __idle__ = pool cost, exactly, for every cluster.",
+        description="R13: tenants + __unallocated__ + __idle__ = pool cost, exactly, for the (cluster, day).",
     ),
     AssetCheckSpec(
         "no_overbooked_device",

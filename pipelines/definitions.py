@@ -1,7 +1,9 @@
 """The Dagster code location: `dagster dev -m pipelines.definitions`.
 
 The config file comes from $GPUMETER_CONFIG (default: examples/demo-config.yaml). The CLI builds the same
-definitions for the config it is given and runs the same job the schedule runs.
+definitions for the config it is given and runs the same job the schedule runs. The daily assets, their job
+and the nightly schedule are built here per config: their partitions are (cluster, day) over the config's
+cluster names (pipelines.partitions).
 """
 
 from __future__ import annotations
@@ -15,8 +17,10 @@ from dagster import (
     define_asset_job,
 )
 
-from pipelines.assets import day_accounting, raw_samples
+from metering.config import load_config
+from pipelines.assets import build_day_assets
 from pipelines.billing_assets import BILLING_ASSETS
+from pipelines.partitions import cluster_day_partitions
 from pipelines.resources import GpumeterConfigResource
 from pipelines.schedules import build_schedules
 
@@ -25,11 +29,6 @@ DEFAULT_CONFIG = Path(__file__).resolve().parent.parent / "examples" / "demo-con
 METER_DAY_JOB = "meter_day"
 INVOICE_MONTH_JOB = "invoice_month"
 
-meter_day_job = define_asset_job(
-    METER_DAY_JOB,
-    selection=AssetSelection.assets(raw_samples, day_accounting),
-    description="Pull one day of raw samples for every cluster and meter it through every model.",
-)
 invoice_month_job = define_asset_job(
     INVOICE_MONTH_JOB,
     selection=AssetSelection.assets(*BILLING_ASSETS),
@@ -37,15 +36,21 @@ invoice_month_job = define_asset_job(
     "its exports: invoice-lines CSVs, FOCUS, HTML invoices. A closed month is left untouched (R16).",
 )
 
-SCHEDULES = build_schedules(meter_day_job, invoice_month_job)
-
 
 def build_definitions(config_path: str | os.PathLike[str]) -> Definitions:
+    path = str(Path(config_path).resolve())
+    clusters = [cluster.name for cluster in load_config(path).clusters]
+    day_assets = build_day_assets(cluster_day_partitions(clusters))
+    meter_day_job = define_asset_job(
+        METER_DAY_JOB,
+        selection=AssetSelection.assets(*day_assets),
+        description="Pull one (cluster, day) of raw samples and meter it through every model.",
+    )
     return Definitions(
-        assets=[raw_samples, day_accounting, *BILLING_ASSETS],
+        assets=[*day_assets, *BILLING_ASSETS],
         jobs=[meter_day_job, invoice_month_job],
-        schedules=SCHEDULES,
-        resources={"gpumeter": GpumeterConfigResource(config_path=str(Path(config_path).resolve()))},
+        schedules=build_schedules(meter_day_job, invoice_month_job, clusters),
+        resources={"gpumeter": GpumeterConfigResource(config_path=path)},
     )
 
 

@@ -1,17 +1,19 @@
 """Run the Dagster jobs in-process: what `gpumeter run`, `demo` and `invoices` call, so that the CLI runs
-exactly the job the schedule runs (one code path)."""
+exactly the job the schedule runs (one code path): one meter_day run per (cluster, day) partition."""
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import date
 
 from dagster import DagsterInstance, ExecuteInProcessResult
 
-from metering.runner import RunFailed
+from metering.config import load_config
+from metering.runner import RunFailed, select_clusters
 from pipelines.definitions import INVOICE_MONTH_JOB, METER_DAY_JOB, build_definitions
+from pipelines.partitions import cluster_day_key
 
 # Dagster's per-event console logging would drown the progress bar; failures are reported by us.
 QUIET = {"loggers": {"console": {"config": {"log_level": "ERROR"}}}}
@@ -19,9 +21,11 @@ QUIET = {"loggers": {"console": {"config": {"log_level": "ERROR"}}}}
 
 @dataclass(frozen=True)
 class RunOutcome:
-    partition: str
+    partition: str  # the partition key: `<cluster>|<YYYY-MM-DD>` for meter_day, `<YYYY-MM>-01` for a month
     run_id: str
     failed_checks: list[str]
+    cluster: str | None = None  # set for a meter_day run
+    day: date | None = None
 
 
 def _instance() -> DagsterInstance:
@@ -48,26 +52,37 @@ def _failed_checks(result: ExecuteInProcessResult) -> list[str]:
     return failed
 
 
-def _execute(config_path: str, job_name: str, partition: str, instance: DagsterInstance) -> RunOutcome:
+def _execute(
+    config_path: str, job_name: str, partition: str, instance: DagsterInstance, label: str | None = None
+) -> RunOutcome:
     job = build_definitions(config_path).resolve_job_def(job_name)
     result = job.execute_in_process(
         partition_key=partition, instance=instance, run_config=QUIET, raise_on_error=False
     )
     if not result.success:
-        raise RunFailed(f"{job_name} {partition}: {_failure(result)}")
+        raise RunFailed(f"{job_name} {label or partition}: {_failure(result)}")
     return RunOutcome(partition, result.run_id, _failed_checks(result))
 
 
 def meter_days(
-    config_path: str, days: Iterable[date], on_day: Callable[[RunOutcome], None] | None = None
+    config_path: str,
+    days: Iterable[date],
+    on_day: Callable[[RunOutcome], None] | None = None,
+    clusters: Sequence[str] | None = None,
 ) -> list[RunOutcome]:
+    """One meter_day run per (cluster, day) partition, day by day (default: every cluster of the config).
+    `on_day` is called after each partition's run."""
+    names = select_clusters(load_config(config_path), clusters)
     outcomes = []
     with _instance() as instance:
         for day in days:
-            outcome = _execute(config_path, METER_DAY_JOB, day.isoformat(), instance)
-            outcomes.append(outcome)
-            if on_day:
-                on_day(outcome)
+            for cluster in names:
+                key = cluster_day_key(cluster, day)
+                run = _execute(config_path, METER_DAY_JOB, key, instance, f"cluster {cluster} day {day}")
+                outcome = RunOutcome(run.partition, run.run_id, run.failed_checks, cluster, day)
+                outcomes.append(outcome)
+                if on_day:
+                    on_day(outcome)
     return outcomes
 
 

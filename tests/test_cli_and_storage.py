@@ -22,6 +22,8 @@ def test_demo_prints_reconciled_invoices_and_writes_csvs(
     assert "reconciled" in printed
     for bucket in ("__idle__", "__unallocated__", "ml-training", "unschedulable", "mig_unpartitioned"):
         assert bucket in printed
+    # A failed (warning) check is reported with the (cluster, day) partitions it failed on.
+    assert "unmapped_namespaces (WARN) on 1 (cluster, day) partition(s): demo 2026-11-01" in printed
     all_csv = tmp_path / "invoices" / "invoice_lines_2026-11_all.csv"
     header = all_csv.read_text().splitlines()[0]
     assert header.startswith("invoice_id,tenant,cost_center,period_start,period_end,charge_type")
@@ -71,6 +73,19 @@ def test_run_rejects_an_end_before_start(tmp_path: Path, capsys: pytest.CaptureF
         == 2
     )
     assert "before --start" in capsys.readouterr().err
+
+
+def test_run_rejects_a_cluster_the_config_does_not_have(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from metering.cli import write_demo_config
+
+    config = write_demo_config(tmp_path)
+    argv = ["run", "--config", str(config), "--start", "2026-11-01", "--end", "2026-11-01"]
+    assert main([*argv, "--cluster", "demo", "--cluster", "nope"]) == 2
+    err = capsys.readouterr().err
+    assert "nope not in the config" in err and "demo" in err
+    assert not (tmp_path / "warehouse").exists()  # refused before any run
 
 
 def test_config_schema_is_json(capsys: pytest.CaptureFixture[str]) -> None:

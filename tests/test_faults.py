@@ -335,7 +335,10 @@ def test_a_read_only_warehouse_is_one_clear_error_before_anything_is_written(sma
     atomic_write_parquet(warehouse.day_path("marts", "t", "c1", DAY), pa.table({"x": [1]}))
     before = digest(warehouse.root)
     subprocess.run(["mount", "-o", "remount,ro", str(small_tmpfs)], check=True)
-    with pytest.raises(WarehouseError, match="Read-only file system") as info, warehouse.day_lock(DAY):
+    with (
+        pytest.raises(WarehouseError, match="Read-only file system") as info,
+        warehouse.day_lock(DAY, cluster="c1"),
+    ):
         pass
     assert "Nothing was written" in str(info.value)
     with pytest.raises(WarehouseError, match="Read-only file system"):
@@ -489,10 +492,10 @@ def test_a_run_that_cannot_get_the_day_lock_fails_cleanly_and_writes_nothing(
     warehouse_dir = tmp_path / "warehouse"
     config = _with_warehouse(small_factory, warehouse_dir)
     warehouse = Warehouse.at(warehouse_dir)
-    with warehouse.day_lock(DAY):
+    with warehouse.day_lock(DAY, cluster="demo"):  # R15: the job's one (cluster, day) partition
         process = _run_day(config, env={"GPUMETER_LOCK_TIMEOUT_SECONDS": "0"})
         out, err = process.communicate(timeout=600)
     assert process.returncode != 0
-    assert f"day {DAY.isoformat()} is being written by pid {os.getpid()}" in err
+    assert f"cluster demo day {DAY.isoformat()} is being written by pid {os.getpid()}" in err
     assert "GPUMETER_LOCK_TIMEOUT_SECONDS" in err
     assert not list(warehouse_dir.rglob("data.parquet"))

@@ -158,12 +158,12 @@ def test_remetering_a_day_replaces_it_on_s3_r15(s3_config: Path) -> None:
 
 
 def test_a_day_held_by_another_run_is_refused_r15(s3_endpoint: str) -> None:
-    # R15: the lock object is created only if absent, so a second run of the day writes nothing.
+    # R15: the lock object is created only if absent, so a second run of the (cluster, day) writes nothing.
     warehouse = Warehouse.at(f"s3://{BUCKET}/locking")
     held, release = threading.Event(), threading.Event()
 
     def holder() -> None:
-        with warehouse.day_lock(DAY):
+        with warehouse.day_lock(DAY, cluster="demo"):
             held.set()
             release.wait(30)
 
@@ -171,15 +171,15 @@ def test_a_day_held_by_another_run_is_refused_r15(s3_endpoint: str) -> None:
     thread.start()
     try:
         assert held.wait(30)
-        with pytest.raises(WarehouseError) as caught, warehouse.day_lock(DAY, timeout_s=0.5):
+        with pytest.raises(WarehouseError) as caught, warehouse.day_lock(DAY, cluster="demo", timeout_s=0.5):
             pytest.fail("two runs held the same day")
         message = str(caught.value)
-        assert f"s3://{BUCKET}/locking/.locks/day={DAY}.lock" in message
+        assert f"s3://{BUCKET}/locking/.locks/cluster=demo/day={DAY}.lock" in message
         assert "wrote nothing" in message and "delete the lock object" in message
     finally:
         release.set()
         thread.join()
-    with warehouse.day_lock(DAY, timeout_s=5):  # released at the end of the holder's run
+    with warehouse.day_lock(DAY, cluster="demo", timeout_s=5):  # released at the end of the holder's run
         pass
 
 

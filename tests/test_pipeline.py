@@ -16,6 +16,7 @@ from metering.runner import RunFailed, invoice_lines_path
 from metering.warehouse import MARTS, Warehouse
 from pipelines.definitions import INVOICE_MONTH_JOB, METER_DAY_JOB, build_definitions
 from pipelines.launch import QUIET, invoice_month, meter_days
+from pipelines.partitions import cluster_day_key
 
 pytestmark = pytest.mark.slow
 
@@ -35,7 +36,8 @@ def demo_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def metered(demo_dir: Path) -> Path:
     config_path = demo_dir / "config.yaml"
     outcomes = meter_days(str(config_path), DAYS)
-    assert [o.partition for o in outcomes] == [d.isoformat() for d in DAYS]
+    # One run per (cluster, day) partition; the demo config has one cluster.
+    assert [(o.partition, o.cluster, o.day) for o in outcomes] == [(f"demo|{d}", "demo", d) for d in DAYS]
     invoice_month(str(config_path), "2026-11")
     return config_path
 
@@ -54,7 +56,9 @@ def test_job_materializes_every_model_and_passes_checks(demo_dir: Path) -> None:
     defs = build_definitions(config_path)
     job = defs.resolve_job_def(METER_DAY_JOB)
     with DagsterInstance.ephemeral() as instance:
-        result = job.execute_in_process(partition_key="2026-11-01", instance=instance, run_config=QUIET)
+        result = job.execute_in_process(
+            partition_key=cluster_day_key("demo", DAYS[0]), instance=instance, run_config=QUIET
+        )
         assert result.success
         keys = {e.asset_key for e in result.get_asset_materialization_events()}
         for name in (
@@ -82,6 +86,24 @@ def test_lineage_runs_raw_to_staging_to_marts(demo_dir: Path) -> None:
     assert AssetKey("int_holder_tenants") in parents
     assert AssetKey("raw_dcgm_samples") in graph.get(AssetKey("stg_dcgm_samples")).parent_keys
     assert AssetKey("mart_tenant_daily_cost") in graph.get(AssetKey("invoice_lines")).parent_keys
+
+
+def test_a_month_depends_on_every_cluster_day_of_the_month(demo_dir: Path) -> None:
+    """R2: the month is the sum of its days, of every cluster: invoice_lines' partition maps to each
+    (cluster, day) partition of the month (and of no other month)."""
+    graph = build_definitions(demo_dir / "config.yaml").resolve_asset_graph()
+    mart = graph.get(AssetKey("mart_tenant_daily_cost"))
+    invoice = graph.get(AssetKey("invoice_lines"))
+    mapping = graph.get_partition_mapping(invoice.key, mart.key)
+    with DagsterInstance.ephemeral() as instance:
+        upstream = mapping.get_upstream_mapped_partitions_result_for_partitions(
+            invoice.partitions_def.empty_subset().with_partition_keys(["2026-11-01"]),
+            invoice.partitions_def,
+            mart.partitions_def,
+            dynamic_partitions_store=instance,
+        )
+    keys = sorted(upstream.partitions_subset.get_partition_keys())
+    assert keys == [f"demo|2026-11-{d:02d}" for d in range(1, 31)]
 
 
 def test_month_invoice_reconciles_with_pool_cost_r13(metered: Path) -> None:
@@ -155,8 +177,9 @@ def test_schedules_take_the_previous_complete_day_and_month(demo_dir: Path) -> N
     defs = build_definitions(demo_dir / "config.yaml")
     daily = defs.resolve_schedule_def("meter_previous_day")
     with build_schedule_context(scheduled_execution_time=datetime(2026, 11, 3, 1, 15, tzinfo=UTC)) as ctx:
-        request = daily(ctx)
-    assert request.partition_key == "2026-11-02"
+        requests = daily(ctx)
+    # One run per cluster of the config (the demo has one), keyed by cluster and day.
+    assert [(r.partition_key, r.run_key) for r in requests] == [("demo|2026-11-02", "meter-demo-2026-11-02")]
     monthly = defs.resolve_schedule_def("invoice_previous_month")
     with build_schedule_context(scheduled_execution_time=datetime(2026, 12, 1, 3, 0, tzinfo=UTC)) as ctx:
         request = monthly(ctx)

@@ -231,9 +231,9 @@ def test_demo_prometheus_end_to_end(
 def test_demo_prometheus_stops_prometheus_when_metering_fails(
     tmp_path: Path, dagster_home: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    def fail(config_path: Path, days: list[date]) -> list[str]:
+    def fail(config_path: Path, days: list[date], clusters: list[str] | None = None) -> list[str]:
         assert _prometheus_pids(tmp_path / "demo" / "prometheus-tsdb"), "the server runs while metering"
-        raise RunFailed("meter_day 2026-11-01: boom")
+        raise RunFailed("meter_day cluster demo day 2026-11-01: boom")
 
     monkeypatch.setattr(cli, "_meter", fail)
     with pytest.raises(RunFailed, match="boom"):
