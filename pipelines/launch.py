@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import date
 
 from dagster import DagsterInstance, ExecuteInProcessResult
@@ -79,7 +79,7 @@ def meter_days(
             for cluster in names:
                 key = cluster_day_key(cluster, day)
                 run = _execute(config_path, METER_DAY_JOB, key, instance, f"cluster {cluster} day {day}")
-                outcome = RunOutcome(run.partition, run.run_id, run.failed_checks, cluster, day)
+                outcome = replace(run, cluster=cluster, day=day)
                 outcomes.append(outcome)
                 if on_day:
                     on_day(outcome)
