@@ -43,13 +43,15 @@ def test_pandas_comparison_applies_r1_r3_r6_r8_by_hand(tmp_path: Path) -> None:
 def test_harness_runs_every_step_on_a_tiny_fleet(tmp_path: Path) -> None:
     prom_gpus = "8" if binaries_available() else "0"
     argv = ["run", "--work", str(tmp_path / "work"), "--out", str(tmp_path / "out"), "--gpus", "8",
-            "--pandas-gpus", "8", "--month-gpus", "8", "--month-days", "2", "--prom-gpus", prom_gpus]  # fmt: skip
+            "--pandas-gpus", "8", "--month-gpus", "8", "--month-days", "2", "--fleet-month-days", "2",
+            "--prom-gpus", prom_gpus]  # fmt: skip
     assert fleet.main(argv) == 0
     (report_file,) = (tmp_path / "out").glob("*.json")
     report = json.loads(report_file.read_text(encoding="utf-8"))
     steps = [m["step"] for m in report["measures"]]
-    expected = ["generate", "single_pass", "meter", "pandas", "generate", "meter", "meter", "rollup",
-                "dashboard"]  # fmt: skip
+    # The fleet's re-dated month (roll-up, dashboard) right after its day, then the metered month's.
+    expected = ["generate", "single_pass", "meter", "rollup", "dashboard", "pandas", "generate", "meter",
+                "meter", "rollup", "dashboard"]  # fmt: skip
     if prom_gpus != "0":
         expected += ["promql", "prom_pull", "bare_http"]
     assert steps == expected
@@ -60,10 +62,13 @@ def test_harness_runs_every_step_on_a_tiny_fleet(tmp_path: Path) -> None:
     assert raw_rows["meter"] > raw_rows["single_pass"] > 0
     meters = [m for m in report["measures"] if m["step"] == "meter"]
     assert {m["extra"]["day"] for m in meters} == {"2026-11-01", "2026-11-02"}
-    rollup = report["measures"][7]
+    fleet_rollup, fleet_dashboard = report["measures"][3:5]
+    assert fleet_rollup["extra"] == {"days": 2, "ok": True, "replicated_month": True}
+    assert fleet_dashboard["extra"]["replicated_month"] is True
+    rollup = report["measures"][9]
     assert rollup["extra"] == {"days": 2, "ok": True}
     figures = (tmp_path / "out" / report_file.name.replace(".json", ".md")).read_text(encoding="utf-8")
-    dashboard = report["measures"][8]
+    dashboard = report["measures"][10]
     assert set(dashboard["extra"]["pages"]) == set(fleet.DASHBOARD_PAGES)
     assert dashboard["wall_s"] == max(dashboard["extra"]["pages"].values())
     for figure in (
@@ -71,7 +76,9 @@ def test_harness_runs_every_step_on_a_tiny_fleet(tmp_path: Path) -> None:
         "a/b at 8 GPUs",
         "c/a at 8 GPUs",
         "2 days / one day",
-        "monthly roll-up",
+        "monthly roll-up, 2 days of 8 GPUs",
+        "monthly roll-up, 2 days of 8 GPUs (the metered day's marts, re-dated)",
+        "slowest dashboard page, 2 days of 8 GPUs (re-dated marts)",
         report["machine"]["cpu"],
     ):
         assert figure in figures
