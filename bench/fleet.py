@@ -9,6 +9,7 @@ child around the work only (interpreter start-up excluded). Steps (bench/README.
   generate      simulator → raw zone of a warehouse, streamed by node groups (not a target)
   meter         (a) gpumeter: one (cluster, day) from raw Parquet to marts (metering.runner)
   single_pass   (b) one DuckDB GROUP BY over the same raw Parquet: held seconds per pod
+  sample_floor  (b') one GROUP BY at the sample's grain first (each sample counted once, R1), then per pod
   pandas        (c) bench/pandas_meter.py over the same raw Parquet
   promql        (d) sum by namespace of count_over_time × price, against a real Prometheus
   prom_pull     (e) gpumeter's Prometheus pull of that day (metering.prometheus)
@@ -134,20 +135,35 @@ def step_generate(ws: Workspace) -> Measure:
 
 
 def step_meter(ws: Workspace, day: date) -> Measure:
+    from metering.accounting import Model
     from metering.config import load_config
     from metering.runner import meter_partition_day
     from metering.warehouse import Warehouse
 
     config = load_config(ws.config_path)
-    started = time.perf_counter()
-    counts, _ = meter_partition_day(config, Warehouse.of(config.warehouse), day, clusters=[CLUSTER])
+    model_seconds: dict[str, float] = {}  # where (a)'s time goes, from the same run (bench/README.md)
+    last = [0.0]
+
+    def on_model(model: Model) -> None:
+        now = time.perf_counter()
+        model_seconds[model.name] = round(now - last[0], 2)
+        last[0] = now
+
+    started = last[0] = time.perf_counter()
+    counts, _ = meter_partition_day(
+        config, Warehouse.of(config.warehouse), day, clusters=[CLUSTER], on_model=on_model
+    )
     wall = time.perf_counter() - started
     return Measure(
         "meter",
         ws.gpus,
         wall,
         _day_samples(ws, day),
-        extra={"day": day.isoformat(), "device_seconds_rows": counts.get("mart_device_seconds", 0)},
+        extra={
+            "day": day.isoformat(),
+            "device_seconds_rows": counts.get("mart_device_seconds", 0),
+            "model_seconds": model_seconds,
+        },
     )
 
 
@@ -176,6 +192,35 @@ def step_single_pass(ws: Workspace, day: date) -> Measure:
     ).fetchall()
     wall = time.perf_counter() - started
     return Measure("single_pass", ws.gpus, wall, _rows(files), extra={"pods": len(rows)})
+
+
+def step_sample_floor(ws: Workspace, day: date) -> Measure:
+    """(b') The least an accounting that counts every sample once (R1) must do: one GROUP BY over the same
+    DCGM rows at the sample's grain (device series × holder × timestamp; every metric's row proves the
+    sample, R4), then held seconds per pod. (b) counts rows, so a duplicated or shared series counts twice
+    (the PromQL failure); the step from (b) to (b') is the price of not double-counting, before any rule."""
+    import duckdb
+
+    from metering.accounting import day_bounds_ms
+    from metering.config import load_config
+
+    config = load_config(ws.config_path)
+    start_ms, end_ms = day_bounds_ms(day)
+    files = ws.raw_files("raw_dcgm_samples", day)
+    con = duckdb.connect()
+    con.execute("set threads to 2")
+    con.execute("set memory_limit = ?", [config.warehouse.memory_limit])
+    con.execute("set temp_directory = ?", [str(ws.root / ".floor-tmp")])
+    started = time.perf_counter()
+    rows = con.execute(
+        "with samples as (select uuid, gpu_i_id, namespace, pod, container, ts_ms "
+        f"from read_parquet({_duckdb_files(files)}) where ts_ms >= ? and ts_ms < ? group by all) "
+        "select namespace, pod, count(*) * ? as held_seconds from samples where pod is not null group by all",
+        [start_ms, end_ms, config.scrape_interval_seconds],
+    ).fetchall()
+    wall = time.perf_counter() - started
+    shutil.rmtree(ws.root / ".floor-tmp", ignore_errors=True)
+    return Measure("sample_floor", ws.gpus, wall, _rows(files), extra={"pods": len(rows)})
 
 
 def _prices(config_path: Path) -> dict[str, float]:
@@ -523,6 +568,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     measure("generate", fleet)
     for _ in range(args.repeat):
         measure("single_pass", fleet, "--day", fleet.start.isoformat())
+        measure("sample_floor", fleet, "--day", fleet.start.isoformat())
         measure("meter", fleet, "--day", fleet.start.isoformat())
     if args.fleet_month_days:
         # The dashboard and the roll-up over a month of the fleet (marts of the metered day, re-dated).
@@ -545,6 +591,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         for _ in range(args.repeat):
             if small is not fleet:  # else (a) and (b) of this fleet were just measured
                 measure("single_pass", small, "--day", small.start.isoformat())
+                measure("sample_floor", small, "--day", small.start.isoformat())
                 measure("meter", small, "--day", small.start.isoformat())
             measure("pandas", small, "--day", small.start.isoformat())
     # A month: every day metered on its own (partitions are independent), then the invoice roll-up.
@@ -596,6 +643,7 @@ def child(args: argparse.Namespace) -> None:
         "generate": lambda: step_generate(ws),
         "meter": lambda: step_meter(ws, day),
         "single_pass": lambda: step_single_pass(ws, day),
+        "sample_floor": lambda: step_sample_floor(ws, day),
         "pandas": lambda: step_pandas(ws, day),
         "rollup": lambda: step_rollup(ws),
         "dashboard": lambda: step_dashboard(ws),

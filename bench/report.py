@@ -8,6 +8,7 @@ LABELS = {
     "generate": "simulator → raw Parquet (not a target)",
     "meter": "(a) gpumeter: raw Parquet → marts",
     "single_pass": "(b) single-pass limit: one DuckDB GROUP BY",
+    "sample_floor": "(b′) per-sample floor: GROUP BY the sample, then the pod",
     "pandas": "(c) plain pandas, core rules",
     "promql": "(d) PromQL only: count_over_time × price",
     "prom_pull": "(e) gpumeter Prometheus pull of the day",
@@ -44,6 +45,11 @@ def ratios(report: dict[str, Any]) -> list[tuple[str, str, str]]:
             (f"a/b at {gpus:,} GPUs (CPU, start-up included)", f"{a['cpu_s'] / b['cpu_s']:.2f}", "≤ 4")
         )
         rows.append((f"(a) peak RSS at {gpus:,} GPUs", f"{a['peak_rss_mib'] / 1024:.2f} GiB", "≤ 4 GiB"))
+    floor = _best(measures, "sample_floor", gpus)
+    if a and b and floor:
+        # Where the gap to (b) is: counting each sample once (b′/b), and the rules on top of it (a/b′).
+        rows.append((f"b′/b at {gpus:,} GPUs (wall)", f"{floor['wall_s'] / b['wall_s']:.2f}", "—"))
+        rows.append((f"a/b′ at {gpus:,} GPUs (wall)", f"{a['wall_s'] / floor['wall_s']:.2f}", "—"))
     small = args.get("pandas_gpus") or 0
     c, a_small = _best(measures, "pandas", small), _best(measures, "meter", small)
     if c and a_small:
@@ -104,6 +110,21 @@ def ratios(report: dict[str, Any]) -> list[tuple[str, str, str]]:
     return rows
 
 
+def model_table(report: dict[str, Any], top: int = 10) -> list[str]:
+    """Where the fleet's (a) spends its time: seconds per model of the same run, largest first."""
+    gpus = report["args"]["gpus"]
+    a = _best(report["measures"], "meter", gpus)
+    seconds: dict[str, float] = a["extra"].get("model_seconds", {}) if a else {}
+    if not a or not seconds:
+        return []
+    total = sum(seconds.values())
+    lines = ["", f"(a) at {gpus:,} GPUs by model ({total:,.1f} s in models, {a['wall_s']:,.1f} s wall):", "",
+             "| model | s | share |", "|---|---:|---:|"]  # fmt: skip
+    for name, secs in sorted(seconds.items(), key=lambda kv: -kv[1])[:top]:
+        lines.append(f"| {name} | {secs:,.1f} | {secs / total:.0%} |")
+    return lines
+
+
 def markdown(report: dict[str, Any]) -> str:
     m = report["machine"]
     lines = [
@@ -124,6 +145,7 @@ def markdown(report: dict[str, Any]) -> str:
         )
     lines += ["", "| figure | value | target |", "|---|---:|---|"]
     lines += [f"| {a} | {b} | {c} |" for a, b, c in ratios(report)]
+    lines += model_table(report)
     if "prometheus_backfill_s" in report:
         lines += [
             "",

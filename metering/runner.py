@@ -15,7 +15,7 @@ from pathlib import Path
 import pyarrow as pa
 
 from metering import periods
-from metering.accounting import LAYERS, RawDay, RawFiles, load_models, lookback_ms, meter_day
+from metering.accounting import LAYERS, Model, RawDay, RawFiles, load_models, lookback_ms, meter_day
 from metering.config import Config, ConfigError
 from metering.invoices import INVOICE_SCHEMA, Period, Reconciliation, reconcile
 from metering.periods import exports_dir, invoice_lines_path  # noqa: F401 - their home before periods.py
@@ -94,11 +94,13 @@ def meter_partition_day(
     day: date,
     log: Log = _quiet,
     clusters: Iterable[str] | None = None,
+    on_model: Callable[[Model], None] | None = None,
 ) -> tuple[dict[str, int], dict[str, dict[str, pa.Table]]]:
     """Meter the day of the given clusters (default: every cluster of the config; the assets pass their
     partition's one) from the raw zone; compute them all, then write (R15). Returns row counts per model
     and the tables per cluster (for the asset checks). With `warehouse.persist_models: marts` staging and
-    intermediate models stay inside DuckDB."""
+    intermediate models stay inside DuckDB. `on_model` is called as each model is done (the benchmark
+    times them)."""
     names = select_clusters(config, clusters)
     keep = LAYERS if config.warehouse.persist_models == "all" else ("marts",)
     results: dict[str, dict[str, pa.Table]] = {}
@@ -115,6 +117,7 @@ def meter_partition_day(
                     day,
                     keep_layers=keep,
                     temp_directory=spill,
+                    on_model=on_model,
                 )
             finally:
                 shutil.rmtree(spill, ignore_errors=True)

@@ -12,7 +12,7 @@ import pytest
 
 from bench import fleet
 from bench.pandas_meter import cost_by_namespace
-from metering.accounting import day_bounds_ms
+from metering.accounting import day_bounds_ms, load_models
 from metering.promserver import binaries_available
 from tests.builders import FactoryBuilder
 
@@ -50,30 +50,37 @@ def test_harness_runs_every_step_on_a_tiny_fleet(tmp_path: Path) -> None:
     report = json.loads(report_file.read_text(encoding="utf-8"))
     steps = [m["step"] for m in report["measures"]]
     # The fleet's re-dated month (roll-up, dashboard) right after its day, then the metered month's.
-    expected = ["generate", "single_pass", "meter", "rollup", "dashboard", "pandas", "generate", "meter",
-                "meter", "rollup", "dashboard"]  # fmt: skip
+    expected = ["generate", "single_pass", "sample_floor", "meter", "rollup", "dashboard", "pandas",
+                "generate", "meter", "meter", "rollup", "dashboard"]  # fmt: skip
     if prom_gpus != "0":
         expected += ["promql", "prom_pull", "bare_http"]
     assert steps == expected
     for m in report["measures"]:
         assert m["wall_s"] > 0 and m["peak_rss_mib"] > 0, m
-    raw_rows = {m["step"]: m["samples"] for m in report["measures"][:3]}
-    # (a) reads the DCGM and kube rows of the day, (b) the DCGM rows only: both counted from the files.
-    assert raw_rows["meter"] > raw_rows["single_pass"] > 0
+    raw_rows = {m["step"]: m["samples"] for m in report["measures"][:4]}
+    # (a) reads the DCGM and kube rows of the day, (b) and (b′) the DCGM rows only: counted from the files.
+    assert raw_rows["meter"] > raw_rows["single_pass"] == raw_rows["sample_floor"] > 0
+    single_pass, floor, meter = report["measures"][1:4]
+    assert floor["extra"]["pods"] == single_pass["extra"]["pods"] > 0  # the same pods, each sample once
+    # Where (a)'s time goes, from the same run: every model of the chain timed.
+    assert set(meter["extra"]["model_seconds"]) == {m.name for m in load_models()}
     meters = [m for m in report["measures"] if m["step"] == "meter"]
     assert {m["extra"]["day"] for m in meters} == {"2026-11-01", "2026-11-02"}
-    fleet_rollup, fleet_dashboard = report["measures"][3:5]
+    fleet_rollup, fleet_dashboard = report["measures"][4:6]
     assert fleet_rollup["extra"] == {"days": 2, "ok": True, "replicated_month": True}
     assert fleet_dashboard["extra"]["replicated_month"] is True
-    rollup = report["measures"][9]
+    rollup = report["measures"][10]
     assert rollup["extra"] == {"days": 2, "ok": True}
     figures = (tmp_path / "out" / report_file.name.replace(".json", ".md")).read_text(encoding="utf-8")
-    dashboard = report["measures"][10]
+    dashboard = report["measures"][11]
     assert set(dashboard["extra"]["pages"]) == set(fleet.DASHBOARD_PAGES)
     assert dashboard["wall_s"] == max(dashboard["extra"]["pages"].values())
     for figure in (
         "slowest dashboard page",
         "a/b at 8 GPUs",
+        "b′/b at 8 GPUs",
+        "a/b′ at 8 GPUs",
+        "(a) at 8 GPUs by model",
         "c/a at 8 GPUs",
         "2 days / one day",
         "monthly roll-up, 2 days of 8 GPUs",
