@@ -16,7 +16,7 @@ from metering.config import IDLE, UNALLOCATED
 from metering.focus import focus_csv
 from metering.invoice_document import render_invoice
 from metering.invoices import billed_tenants, invoice_csv, tenant_lines
-from metering.rightsizing import HolderPeak, advise
+from metering.rightsizing import advise, holder_peaks
 
 CATEGORY_COLORS = {
     "allocated_active": "#2e7d32",
@@ -410,22 +410,7 @@ def rightsizing(ctx: Context) -> None:
     )
     rows = ctx.views.whole_gpu_holders(ctx.viewer, ctx.filters)
     metered = len(ctx.views.metered_days(ctx.viewer, ctx.filters))
-    holders = [
-        HolderPeak(
-            r["cluster"],
-            r["node"],
-            r["uuid"],
-            r["model_name"],
-            r["gpu_model"],
-            r["tenant"],
-            r["namespace"],
-            r["pod"],
-            Decimal(str(r["held_gpu_hours"])),
-            r["peak_fb_used_mib"],
-            r["peak_busy"],
-        )  # fmt: skip
-        for r in rows.iter_rows(named=True)
-    ]
+    holders = holder_peaks(rows)
     advice = advise(holders, ctx.config, metered, len(ctx.filters.period.days()))
     if not advice:
         st.info("No whole GPU in scope would fit a smaller MIG profile.")

@@ -421,7 +421,7 @@ class Views:
                    sum(gpu_seconds) / 3600 as held_gpu_hours,
                    sum(busy_gpu_seconds) / 3600 as used_gpu_hours,
                    max(peak_fb_used_mib) as peak_fb_used_mib, max(peak_busy) as peak_busy,
-                   sum(reserved_cost) as reserved_cost, count(distinct day) as days_held
+                   sum(reserved_cost) as reserved_cost
             from device_seconds where {where.sql} and mig_profile is null
             group by all order by reserved_cost desc
         """

@@ -6,13 +6,14 @@ from __future__ import annotations
 import re
 from decimal import Decimal
 
+import polars as pl
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from metering.catalog import BUILTIN_MIG_CATALOG
 from metering.config import Config, parse_config
-from metering.rightsizing import MIB_PER_GB, HolderPeak, advise, smallest_fitting_profile
+from metering.rightsizing import MIB_PER_GB, HolderPeak, advise, holder_peaks, smallest_fitting_profile
 
 H100 = "NVIDIA H100 80GB HBM3"
 CONFIG = """
@@ -111,3 +112,57 @@ def test_the_suggestion_fits_and_nothing_smaller_does(peak_mib: float, peak_busy
     assert fits(profile)
     assert all(H100_PROFILES[p] >= H100_PROFILES[profile] for p in fitting)  # none with fewer slices
     assert compute == H100_PROFILES[profile][0]
+
+
+MODELS = (H100, "NVIDIA A100-SXM4-40GB", "Tesla T4", "Unknown GPU")
+holders_strategy = st.lists(
+    st.builds(
+        lambda i, model, hours, mib, busy: HolderPeak(
+            "c", "n1", f"GPU-{i}", model, "m", "serving", "inference", f"pod-{i}", Decimal(hours), mib, busy
+        ),
+        st.integers(0, 50),
+        st.sampled_from(MODELS),
+        st.integers(0, 500),
+        st.none() | st.floats(0, 90_000),
+        st.none() | st.floats(0, 1),
+    ),
+    max_size=30,
+)
+
+
+@given(holders=holders_strategy)
+def test_advice_over_many_holders_is_each_holders_own(holders: list[HolderPeak]) -> None:
+    """advise looks ladders and prices up once per model and profile (a month of a large fleet is ~50,000
+    holders): the answer for a holder does not depend on the others, an unknown model included (R3, R8)."""
+    config = parse_config(CONFIG)
+    together = advise(holders, config, 2, 30)
+    alone = [a for h in holders for a in advise([h], config, 2, 30)]
+    key = lambda a: (-a.monthly_saving, a.holder.tenant, a.holder.pod)  # noqa: E731
+    assert sorted(together, key=key) == sorted(alone, key=key)
+    for a in together:
+        assert (a.profile, a.compute_slices, a.profile_memory_mib) == smallest_fitting_profile(
+            config, a.holder.model_name, a.holder.peak_fb_used_mib or 0, a.holder.peak_busy or 0
+        )
+
+
+@given(holders=holders_strategy)
+def test_holder_peaks_reads_the_view_rows_back(holders: list[HolderPeak]) -> None:
+    """The whole_gpu_holders view's columns (held hours as a float, as the view computes them) → HolderPeaks."""
+    frame = pl.DataFrame(
+        {
+            "cluster": [h.cluster for h in holders], "node": [h.node for h in holders],
+            "uuid": [h.uuid for h in holders], "model_name": [h.model_name for h in holders],
+            "gpu_model": [h.gpu_model for h in holders], "tenant": [h.tenant for h in holders],
+            "namespace": [h.namespace for h in holders], "pod": [h.pod for h in holders],
+            "held_gpu_hours": [float(h.held_gpu_hours) for h in holders],
+            "used_gpu_hours": [0.0 for _ in holders],
+            "peak_fb_used_mib": [h.peak_fb_used_mib for h in holders],
+            "peak_busy": [h.peak_busy for h in holders],
+        },
+        schema_overrides={"peak_fb_used_mib": pl.Float64, "peak_busy": pl.Float64},
+    )  # fmt: skip
+    back = holder_peaks(frame)
+    assert [(h.uuid, h.model_name, h.pod, h.peak_fb_used_mib, h.peak_busy) for h in back] == [
+        (h.uuid, h.model_name, h.pod, h.peak_fb_used_mib, h.peak_busy) for h in holders
+    ]
+    assert [h.held_gpu_hours for h in back] == [Decimal(str(float(h.held_gpu_hours))) for h in holders]
