@@ -13,8 +13,10 @@ with device_samples as (
         max(s.gpu_util_pct) as gpu_util_pct,
         max(s.fb_used_mib) as fb_used_mib
     from stg_dcgm_samples as s
-    join int_gpu_samples as g on g.uuid = s.uuid and g.ts_ms = s.ts_ms
-    where s.in_day and g.is_mig = (s.gpu_i_id is not null)
+    -- is_mig is one value per GPU for the day: looked up per GPU, not joined per sample (the per-sample
+    -- join with int_gpu_samples below already keeps only observed GPU samples).
+    join (select distinct uuid, is_mig from int_gpu_samples) as m on m.uuid = s.uuid
+    where s.in_day and m.is_mig = (s.gpu_i_id is not null)
     group by s.cluster, s.ts_ms, s.device_id, s.uuid, s.gpu_i_id
 )
 select
