@@ -2,9 +2,9 @@
 
     .venv/bin/python -m bench.fleet run --gpus 10000 --work /var/tmp/gpumeter-bench --out bench/results
 
-Every measured step runs in its own child process, so that its peak RSS (`ru_maxrss` from wait4, what
-`/usr/bin/time -v` prints as "Maximum resident set size") is its own; the wall time is measured by the
-child around the work only (interpreter start-up excluded). Steps (bench/README.md):
+Every measured step runs in its own child process, so that its peak RSS (the child's VmHWM, what
+`/usr/bin/time -v` prints as "Maximum resident set size" for a process started small) is its own; the wall
+time is measured by the child around the work only (interpreter start-up excluded). Steps (bench/README.md):
 
   generate      simulator → raw zone of a warehouse, streamed by node groups (not a target)
   meter         (a) gpumeter: one (cluster, day) from raw Parquet to marts (metering.runner)
@@ -484,7 +484,7 @@ def step_bare_http(ws: Workspace, url: str, requests_file: Path, concurrency: in
 
 
 def run_child(step: str, ws: Workspace, *extra: str) -> Measure:
-    """Run one step in a child process; its own peak RSS comes from wait4 (Linux: KiB)."""
+    """Run one step in a child process; its peak RSS is the child's own VmHWM, its CPU time from wait4."""
     result_file = ws.root / f".{step}.json"
     cmd = [sys.executable, "-m", "bench.fleet", "step", step, "--work", str(ws.root), "--gpus", str(ws.gpus),
            "--days", str(ws.days), "--result", str(result_file), *extra]  # fmt: skip
@@ -494,7 +494,9 @@ def run_child(step: str, ws: Workspace, *extra: str) -> Measure:
     if process.returncode:
         raise SystemExit(f"bench step {step} failed (exit {process.returncode}): {' '.join(cmd)}")
     measure = Measure(**json.loads(result_file.read_text(encoding="utf-8")))
-    measure.peak_rss_mib = usage.ru_maxrss / 1024
+    # The child's own VmHWM: wait4's ru_maxrss also keeps the high-water mark of the image the child was
+    # before exec, i.e. the parent's (Linux), which made small steps report the parent's size.
+    measure.peak_rss_mib = measure.peak_rss_mib or usage.ru_maxrss / 1024
     measure.cpu_s = usage.ru_utime + usage.ru_stime
     return measure
 
@@ -616,8 +618,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             report["prometheus_backfill_s"] = round(time.perf_counter() - started, 1)
             with PrometheusServer(tsdb) as server:
                 day = prom.start.isoformat()
-                # Recorded in a child: a parent holding the pull would inflate the next children's
-                # ru_maxrss (Linux counts the parent's resident size at the fork).
+                # Recorded in a child: the parent stays small (it forks every step).
                 run_child("record", prom, "--day", day, "--url", server.url)
                 requests_file = prom.root / "prom-requests.jsonl"
                 for _ in range(args.repeat):
@@ -655,6 +656,7 @@ def child(args: argparse.Namespace) -> None:
         ),
     }
     measure = steps[args.step]()
+    measure.peak_rss_mib = _vm_hwm_mib(os.getpid())  # this process image's own peak (see run_child)
     Path(args.result).write_text(json.dumps(asdict(measure)), encoding="utf-8")
 
 

@@ -93,3 +93,11 @@ def test_harness_runs_every_step_on_a_tiny_fleet(tmp_path: Path) -> None:
         assert "e/bare HTTP at 8 GPUs" in figures
         bare = report["measures"][-1]
         assert bare["extra"]["requests"] == report["measures"][-2]["extra"]["queries"]
+    # A step's peak RSS is its own, not its parent's: Linux keeps in wait4's ru_maxrss the high-water mark
+    # of the image a child was before exec (the parent's), so a big parent made every small step look big.
+    ballast = bytearray(800 * 2**20)
+    ballast[::4096] = b"x" * len(ballast[::4096])  # touched: resident
+    small = fleet.Workspace(tmp_path / "work" / "fleet-8", 8, 1)
+    own = fleet.run_child("single_pass", small, "--day", small.start.isoformat())
+    assert 0 < own.peak_rss_mib < 600, own
+    del ballast
