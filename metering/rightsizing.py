@@ -86,7 +86,7 @@ def smallest_fitting_profile(
 
 def holder_peaks(frame: pl.DataFrame) -> list[HolderPeak]:
     """The rows of `Views.whole_gpu_holders` as HolderPeaks, read column-wise (a month of a 10,000-GPU fleet
-    is ~50,000 holder rows: row-wise dicts were a third of the page's time, bench/README.md)."""
+    is ~50,000 holder rows: 0.8 s read row by row, 0.35 s column-wise; bench/README.md)."""
     if frame.is_empty():
         return []
     names = ("cluster", "node", "uuid", "model_name", "gpu_model", "tenant", "namespace", "pod")
