@@ -15,13 +15,13 @@ from pathlib import Path
 import pyarrow as pa
 
 from metering import periods
-from metering.accounting import LAYERS, Model, RawDay, RawFiles, load_models, lookback_ms, meter_day
+from metering.accounting import LAYERS, Model, RawFiles, load_models, lookback_ms, meter_day
 from metering.config import Config, ConfigError
 from metering.invoices import INVOICE_SCHEMA, Period, Reconciliation, reconcile
 from metering.periods import exports_dir, invoice_lines_path  # noqa: F401 - their home before periods.py
 from metering.schema import RAW_TABLES
-from metering.sources import RawSource
-from metering.warehouse import INTERMEDIATE, MARTS, RAW, STAGING, Warehouse, atomic_write_text
+from metering.sources import PartedRawSource, RawSource
+from metering.warehouse import INTERMEDIATE, MARTS, RAW, STAGING, StagedDay, Warehouse, atomic_write_text
 
 ZONES = dict(zip(LAYERS, (STAGING, INTERMEDIATE, MARTS), strict=True))
 Log = Callable[[str], None]
@@ -58,27 +58,45 @@ def pull_raw_day(
     clusters: Iterable[str] | None = None,
 ) -> dict[str, int]:
     """Fetch the day (with its lookback) of the given clusters (default: every cluster of the config; the
-    assets pass their partition's one) from their sources into the raw zone."""
+    assets pass their partition's one) from their sources into the raw zone. A source that hands the day
+    over in parts (PartedRawSource) is written part by part, so a fleet's day never has to fit in memory."""
     names = select_clusters(config, clusters)
     counts: dict[str, int] = dict.fromkeys(RAW_TABLES, 0)
-    fetched: dict[str, RawDay] = {}
     sources = {name: source_for(name) for name in names}
-    # Fetch every cluster before writing any: a source that fails leaves the stored day untouched.
-    for name in names:
-        fetched[name] = sources[name].fetch_day(name, day, lookback_ms(config))
-    # R15: one run of a (cluster, day) writes at a time, and never while it is being metered.
-    with warehouse.day_locks(day, names):
-        for cluster_name, raw in fetched.items():
-            for name, table in raw.tables().items():
-                warehouse.write_day(RAW, name, cluster_name, day, table)
-                counts[name] += table.num_rows
-            snapshot = getattr(sources[cluster_name], "last_k8s_snapshot", None)
-            if snapshot:  # keep the claims as read: template claims vanish with their pods
-                folder = warehouse.day_dir(RAW, "k8s", cluster_name, day)
-                for kind in ("resourceclaims", "resourceslices"):
-                    if snapshot.get(kind) is not None:
-                        atomic_write_text(folder / f"{kind}.json", json.dumps(snapshot[kind], sort_keys=True))
-            log(f"{cluster_name} {day}: {raw.dcgm.num_rows:,} DCGM and {raw.kube.num_rows:,} kube samples")
+    staged: dict[str, StagedDay] = {}
+    try:
+        # Fetch every cluster before storing any: a source that fails leaves every stored day untouched.
+        for name in names:
+            source = sources[name]
+            if isinstance(source, PartedRawSource):
+                parts = source.fetch_day_parts(name, day, lookback_ms(config))
+            else:
+                parts = iter([source.fetch_day(name, day, lookback_ms(config))])
+            staged[name] = warehouse.stage_day(RAW, name, day, dict(RAW_TABLES))
+            for part in parts:
+                for table, rows in part.tables().items():
+                    if rows.num_rows:
+                        staged[name].write(table, rows)
+        # R15: one run of a (cluster, day) writes at a time, and never while it is being metered.
+        with warehouse.day_locks(day, names):
+            for cluster_name, day_tables in staged.items():
+                for table, rows in day_tables.commit().items():
+                    counts[table] += rows
+                snapshot = getattr(sources[cluster_name], "last_k8s_snapshot", None)
+                if snapshot:  # keep the claims as read: template claims vanish with their pods
+                    folder = warehouse.day_dir(RAW, "k8s", cluster_name, day)
+                    for kind in ("resourceclaims", "resourceslices"):
+                        if snapshot.get(kind) is not None:
+                            atomic_write_text(
+                                folder / f"{kind}.json", json.dumps(snapshot[kind], sort_keys=True)
+                            )
+                log(
+                    f"{cluster_name} {day}: {day_tables.rows['raw_dcgm_samples']:,} DCGM and "
+                    f"{day_tables.rows['raw_kube_samples']:,} kube samples"
+                )
+    finally:
+        for day_tables in staged.values():
+            day_tables.discard()
     return counts
 
 

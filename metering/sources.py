@@ -7,11 +7,13 @@ metered in any order (R15).
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from datetime import date, timedelta
 from pathlib import Path
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from metering.accounting import RawDay, day_bounds_ms
@@ -26,9 +28,18 @@ class RawSource(Protocol):
     def fetch_day(self, cluster: str, day: date, lookback_ms: int) -> RawDay: ...
 
 
-def _read_window(path: Path, table: str, start_ms: int | None, end_ms: int | None) -> pa.Table:
+@runtime_checkable
+class PartedRawSource(RawSource, Protocol):
+    """A source that can hand a day over in parts, so that pulling it never holds the whole day in memory
+    (runner.pull_raw_day writes each part as it comes; a 10,000-GPU day is ~500 M raw rows)."""
+
+    def fetch_day_parts(self, cluster: str, day: date, lookback_ms: int) -> Iterator[RawDay]: ...
+
+
+def _read_window(path: Path, table: str, start_ms: int | None, end_ms: int | None) -> Iterator[pa.Table]:
     """The file's rows with start_ms <= ts_ms < end_ms (every row when the bounds are None), in the
-    raw-samples schema. Any unreadable, truncated or mistyped file is one SourceError naming it."""
+    raw-samples schema, one row group at a time. Any unreadable, truncated or mistyped file is one
+    SourceError naming it."""
     schema = RAW_TABLES[table]
     try:
         found = pq.read_schema(path)
@@ -52,9 +63,19 @@ def _read_window(path: Path, table: str, start_ms: int | None, end_ms: int | Non
         raise SourceError(
             f"{path}: column types do not match the raw-samples schema ({table}): {'; '.join(wrong)}"
         )
-    bounds = None if start_ms is None else [("ts_ms", ">=", start_ms), ("ts_ms", "<", end_ms)]
     try:
-        return pq.read_table(path, columns=schema.names, filters=bounds).cast(schema)
+        parquet = pq.ParquetFile(path)
+        ts_column = parquet.schema_arrow.get_field_index("ts_ms")
+        for index in range(parquet.num_row_groups):
+            if start_ms is not None and end_ms is not None:
+                stats = parquet.metadata.row_group(index).column(ts_column).statistics
+                if stats is not None and stats.has_min_max and (stats.max < start_ms or stats.min >= end_ms):
+                    continue  # the row group lies outside the window
+            rows = parquet.read_row_group(index, columns=schema.names)
+            if start_ms is not None and end_ms is not None:
+                ts = rows.column("ts_ms")
+                rows = rows.filter(pc.and_(pc.greater_equal(ts, start_ms), pc.less(ts, end_ms)))
+            yield rows.cast(schema)
     except (pa.ArrowException, OSError) as exc:
         raise SourceError(
             f"{path}: cannot be read as the raw-samples schema ({table}): {exc}; re-create it or remove it"
@@ -87,26 +108,29 @@ class ParquetRawSource:
         return sorted((self.root / table / f"cluster={cluster}" / f"day={day.isoformat()}").glob("*.parquet"))
 
     def fetch_day(self, cluster: str, day: date, lookback_ms: int) -> RawDay:
+        return concat_parts(self.fetch_day_parts(cluster, day, lookback_ms))
+
+    def fetch_day_parts(self, cluster: str, day: date, lookback_ms: int) -> Iterator[RawDay]:
+        """The day in parts of one Parquet row group each (the DRA objects in the last part)."""
         if not self.root.exists():
             raise SourceError(
                 f"raw source directory {self.root} does not exist; run `gpumeter simulate` first"
             )
         start_ms, end_ms = day_bounds_ms(day)
         window_start = start_ms - lookback_ms
-        tables: dict[str, pa.Table] = {}
+        empty = {table: RAW_TABLES[table].empty_table() for table in RAW_TABLES}
         for table in ("raw_dcgm_samples", "raw_kube_samples"):
-            parts = []
             # The day before: only its rows inside the lookback. The day's own files: every row, also one
             # timestamped outside the day (misfiled, or far in the past or future). The accounting counts
             # those as quarantined (stg_dcgm_quarantine, R2) instead of their vanishing here.
             for d, bounds in ((day - timedelta(days=1), (window_start, end_ms)), (day, (None, None))):
                 for path in self._day_files(table, cluster, d):
-                    part = _read_window(path, table, *bounds)
-                    if part.num_rows:
-                        parts.append(part)
-            tables[table] = pa.concat_tables(parts) if parts else RAW_TABLES[table].empty_table()
+                    for rows in _read_window(path, table, *bounds):
+                        if rows.num_rows:
+                            found = empty | {table: rows}
+                            yield RawDay(found["raw_dcgm_samples"], found["raw_kube_samples"])
         allocations, devices = self._k8s_objects(cluster, day)
-        return RawDay(tables["raw_dcgm_samples"], tables["raw_kube_samples"], allocations, devices)
+        yield RawDay(empty["raw_dcgm_samples"], empty["raw_kube_samples"], allocations, devices)
 
     def _k8s_objects(self, cluster: str, day: date) -> tuple[pa.Table, pa.Table]:
         from metering.k8s_objects import (
@@ -135,3 +159,22 @@ class ParquetRawSource:
             pa.concat_tables(claims) if claims else RAW_TABLES["raw_dra_allocations"].empty_table(),
             pa.concat_tables(slices) if slices else RAW_TABLES["raw_dra_devices"].empty_table(),
         )
+
+
+def concat_parts(parts: Iterator[RawDay]) -> RawDay:
+    """A day's parts as one RawDay (each table concatenated in the order the parts came)."""
+    tables: dict[str, list[pa.Table]] = {table: [] for table in RAW_TABLES}
+    for part in parts:
+        for table, rows in part.tables().items():
+            if rows.num_rows:
+                tables[table].append(rows)
+    whole = {
+        table: pa.concat_tables(found) if found else RAW_TABLES[table].empty_table()
+        for table, found in tables.items()
+    }
+    return RawDay(
+        whole["raw_dcgm_samples"],
+        whole["raw_kube_samples"],
+        whole["raw_dra_allocations"],
+        whole["raw_dra_devices"],
+    )

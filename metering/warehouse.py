@@ -31,12 +31,13 @@ import fcntl
 import io
 import os
 import re
+import shutil
 import socket
 import tempfile
 import time
 import uuid
 from collections.abc import Iterable, Iterator
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack, contextmanager, suppress
 from dataclasses import dataclass
 from datetime import UTC, date, datetime
 from pathlib import Path
@@ -257,6 +258,10 @@ class Warehouse:
     def write_day(self, zone: str, table: str, cluster: str, day: date, rows: pa.Table) -> Path:
         return atomic_write_parquet(self.day_path(zone, table, cluster, day), rows)
 
+    def stage_day(self, zone: str, cluster: str, day: date, schemas: dict[str, pa.Schema]) -> StagedDay:
+        """A writer of a (cluster, day)'s tables part by part, replacing the stored files only at commit."""
+        return StagedDay(self, zone, cluster, day, schemas)
+
     def write_period(self, zone: str, table: str, period: str, rows: pa.Table) -> Path:
         return atomic_write_parquet(self.period_path(zone, table, period), rows)
 
@@ -387,6 +392,93 @@ def _object_lock(path: UPath, what: str, timeout_s: float) -> Iterator[None]:
         path.fs.rm_file(path.path)
 
 
+class StagedDay:
+    """A (cluster, day)'s tables written part by part into temp files, so that a day larger than memory can be
+    stored (a 10,000-GPU raw day). Nothing stored changes until `commit`, which replaces each table's file
+    the way `write_day` does (atomic rename locally, one upload on an object store); `discard` (or a failure
+    before commit) leaves the stored day as it was."""
+
+    def __init__(
+        self, warehouse: Warehouse, zone: str, cluster: str, day: date, schemas: dict[str, pa.Schema]
+    ) -> None:
+        self.targets = {table: warehouse.day_path(zone, table, cluster, day) for table in schemas}
+        self.schemas = schemas
+        self.rows = dict.fromkeys(schemas, 0)
+        self._scratch = warehouse.scratch_dir(f"stage-{cluster}-{day.isoformat()}-{os.getpid()}")
+        self._temps: dict[str, Path] = {}
+        self._writers: dict[str, pq.ParquetWriter] = {}
+
+    def _temp_for(self, table: str) -> Path:
+        target = self.targets[table]
+        if isinstance(target, Path):  # beside the target: the rename is atomic; a dead writer's is swept
+            folder, prefix = target.parent, f".{target.name}.{os.getpid()}."
+        else:  # an object store: a local file, uploaded whole at commit
+            folder, prefix = self._scratch, f"{table}."
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            fd, name = tempfile.mkstemp(prefix=prefix, suffix=f".{uuid.uuid4().hex[:8]}.tmp", dir=folder)
+        except OSError as exc:
+            raise _write_error(target, exc) from None
+        os.close(fd)
+        return Path(name)
+
+    def write(self, table: str, rows: pa.Table) -> None:
+        if table not in self._writers:
+            self._temps[table] = self._temp_for(table)
+            self._writers[table] = pq.ParquetWriter(
+                self._temps[table], self.schemas[table], compression="zstd"
+            )
+        try:
+            self._writers[table].write_table(rows.cast(self.schemas[table]))
+        except OSError as exc:
+            self.discard()
+            raise _write_error(self.targets[table], exc) from None
+        self.rows[table] += rows.num_rows
+
+    def commit(self) -> dict[str, int]:
+        """Replace every table's stored file (a table no part had is stored empty); rows per table."""
+        try:
+            for table, target in self.targets.items():
+                if table not in self._writers:
+                    self.write(table, self.schemas[table].empty_table())
+                temp = self._temps.pop(table)
+                try:
+                    self._writers.pop(table).close()
+                    if isinstance(target, Path):
+                        _sweep_stale_temps(target)
+                        with open(temp, "rb") as fh:
+                            os.fsync(fh.fileno())
+                        os.replace(temp, target)
+                    else:
+                        target.fs.put_file(str(temp), target.path)
+                except OSError as exc:
+                    temp.unlink(missing_ok=True)
+                    raise _write_error(target, exc) from None
+                temp.unlink(missing_ok=True)
+        finally:
+            self.discard()
+        return dict(self.rows)
+
+    def discard(self) -> None:
+        for writer in self._writers.values():
+            with suppress(OSError):
+                writer.close()
+        self._writers.clear()
+        for temp in self._temps.values():
+            temp.unlink(missing_ok=True)
+        self._temps.clear()
+        shutil.rmtree(self._scratch, ignore_errors=True)
+
+
+def _write_error(path: Path | UPath, exc: OSError) -> WarehouseError:
+    if not isinstance(path, Path):
+        return WarehouseError(f"could not write {path}: {exc}. Earlier results are untouched; {_STORE_HELP}")
+    return WarehouseError(
+        f"could not write {path}: {exc.strerror or exc}. Earlier results are untouched; "
+        "free disk space or fix permissions on the warehouse, then re-run the day."
+    )
+
+
 def atomic_write_parquet(path: Path, rows: pa.Table) -> Path:
     """Write `rows` to `path` so that the file is either the old one or the complete new one."""
     if not isinstance(path, Path):
@@ -400,10 +492,7 @@ def atomic_write_parquet(path: Path, rows: pa.Table) -> Path:
             prefix=f".{path.name}.{os.getpid()}.", suffix=f".{uuid.uuid4().hex[:8]}.tmp", dir=path.parent
         )
     except OSError as exc:
-        raise WarehouseError(
-            f"could not write {path}: {exc.strerror or exc}. Earlier results are untouched; "
-            "free disk space or fix permissions on the warehouse, then re-run the day."
-        ) from None
+        raise _write_error(path, exc) from None
     os.close(fd)
     tmp = Path(tmp_name)
     _sweep_stale_temps(path)
@@ -414,10 +503,7 @@ def atomic_write_parquet(path: Path, rows: pa.Table) -> Path:
         os.replace(tmp, path)
     except OSError as exc:
         tmp.unlink(missing_ok=True)
-        raise WarehouseError(
-            f"could not write {path}: {exc.strerror or exc}. Earlier results are untouched; "
-            "free disk space or fix permissions on the warehouse, then re-run the day."
-        ) from exc
+        raise _write_error(path, exc) from exc
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
@@ -444,9 +530,7 @@ def _put_object(path: UPath, data: bytes) -> UPath:
     try:
         path.fs.pipe_file(path.path, data)
     except OSError as exc:
-        raise WarehouseError(
-            f"could not write {path}: {exc}. Earlier results are untouched; {_STORE_HELP}"
-        ) from None
+        raise _write_error(path, exc) from None
     return path
 
 

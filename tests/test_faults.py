@@ -25,11 +25,12 @@ from datetime import date
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
 from metering import simulator
-from metering.accounting import day_bounds_ms, meter_day
+from metering.accounting import day_bounds_ms, lookback_ms, meter_day
 from metering.cli import write_demo_config
 from metering.config import PrometheusSource, load_config
 from metering.prometheus import PrometheusRawSource
@@ -372,6 +373,80 @@ def test_a_file_size_limit_is_one_clear_error_in_a_child_process(tmp_path: Path)
     assert pq.read_table(path).column("x").to_pylist() == [1, 2]
     assert [p.name for p in path.parent.iterdir()] == ["data.parquet"]
     assert resource.getrlimit(resource.RLIMIT_FSIZE)[0] == resource.RLIM_INFINITY  # only the child
+
+
+# --- a day pulled in parts (a fleet's day does not fit in memory) ----------------------------------------
+
+
+def _source_day(root: Path, day: date, files: dict[str, pa.Table], row_group_size: int = 50) -> None:
+    folder = root / "raw_dcgm_samples" / "cluster=c1" / f"day={day.isoformat()}"
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, rows in files.items():
+        pq.write_table(rows, folder / name, row_group_size=row_group_size)
+
+
+def test_a_day_is_pulled_one_row_group_at_a_time_and_stored_whole(tmp_path: Path) -> None:
+    """pull_raw_day writes a Parquet source's day part by part (one row group each), never the whole day in
+    memory; what it stores is what the source holds in [day − lookback, day end) of the day before, and every
+    row of the day's own files (R2: misfiled rows are counted downstream, not dropped here)."""
+    source = tmp_path / "source"
+    yesterday = date(2026, 10, 31)
+    before = _good_rows(list(range(D0 - 600_000, D0, 30_000)))  # 20 rows, the last 120 s in the lookback
+    _source_day(source, yesterday, {"data.parquet": before})
+    day_a = _good_rows(list(range(D0, D0 + 300 * 60_000, 60_000)))
+    day_b = _good_rows([D0 + 7, D1 + 5, 915_148_800_000] * 40)
+    _source_day(source, DAY, {"part-00000.parquet": day_a, "part-00001.parquet": day_b})
+    config = make_config()
+    lookback = lookback_ms(config)
+    assert 0 < lookback < 600_000  # part of yesterday's rows are in the window, part are not
+    parts = list(ParquetRawSource(source).fetch_day_parts("c1", DAY, lookback))
+    assert max(p.dcgm.num_rows for p in parts) <= 50 and len(parts) >= 300 // 50 + 120 // 50
+    warehouse = Warehouse.at(tmp_path / "warehouse")
+    counts = pull_raw_day(config, warehouse, DAY, source_for=lambda _: ParquetRawSource(source))
+    ts = pc.field("ts_ms")
+    in_lookback = before.filter((ts >= D0 - lookback) & (ts < D1))
+    expected = pa.concat_tables([in_lookback, day_a, day_b])
+    stored = pq.read_table(warehouse.day_path(RAW, "raw_dcgm_samples", "c1", DAY))
+    assert stored.equals(expected) and counts["raw_dcgm_samples"] == expected.num_rows
+    assert 0 < in_lookback.num_rows < before.num_rows
+    # A table with no part is stored empty, as a whole-day write stores it.
+    assert pq.read_table(warehouse.day_path(RAW, "raw_kube_samples", "c1", DAY)).num_rows == 0
+    assert ParquetRawSource(source).fetch_day("c1", DAY, lookback).dcgm.equals(expected)
+
+
+def test_a_damaged_file_late_in_a_parted_pull_leaves_the_stored_day_and_no_temp_file(tmp_path: Path) -> None:
+    """Parts already written when the source fails are thrown away: the stored day is byte-for-byte the earlier
+    pull's (R15), and neither the raw zone nor the scratch directory keeps a temp file."""
+    warehouse, before = stored_day(tmp_path)
+    source = tmp_path / "source"
+    _source_day(source, DAY, {"part-00000.parquet": _good_rows(list(range(D0, D0 + 100 * 60_000, 60_000)))})
+    damaged = source / "raw_dcgm_samples" / "cluster=c1" / f"day={DAY.isoformat()}" / "part-00001.parquet"
+    damaged.write_bytes(b"PAR1" + os.urandom(200))
+    with pytest.raises(SourceError) as info:
+        pull_raw_day(make_config(), warehouse, DAY, source_for=lambda _: ParquetRawSource(source))
+    assert str(damaged) in str(info.value)
+    assert digest(warehouse.root) == before  # every file, temp files included
+    assert not (warehouse.root / ".tmp").exists() or not any((warehouse.root / ".tmp").iterdir())
+
+
+def test_a_full_disk_during_a_parted_pull_is_one_clear_error_and_the_stored_day_stays(
+    small_tmpfs: Path,
+) -> None:
+    warehouse = Warehouse.at(small_tmpfs / "warehouse")
+    earlier = _good_rows([D0])
+    warehouse.write_day(RAW, "raw_dcgm_samples", "c1", DAY, earlier)
+    source = small_tmpfs.parent / "source"
+    noisy = _good_rows(list(range(D0, D0 + 20_000 * 1_000, 1_000)))
+    noisy = noisy.set_column(
+        noisy.schema.get_field_index("pod"), "pod", pa.array([os.urandom(24).hex() for _ in range(20_000)])
+    )
+    _source_day(source, DAY, {"part-00000.parquet": noisy}, row_group_size=2_000)
+    with pytest.raises(WarehouseError) as info:
+        pull_raw_day(make_config(), warehouse, DAY, source_for=lambda _: ParquetRawSource(source))
+    assert "No space left on device" in str(info.value) and "free disk space" in str(info.value)
+    stored = warehouse.day_path(RAW, "raw_dcgm_samples", "c1", DAY)
+    assert pq.read_table(stored).equals(earlier)
+    assert [p.name for p in stored.parent.iterdir()] == ["data.parquet"]  # no temp file left behind
 
 
 # --- kill -9 and concurrent runs of the real meter_day job ------------------------------------------
