@@ -24,13 +24,14 @@ the configuration and the reasoning; the short version:
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 import os
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from datetime import UTC, date, datetime
@@ -205,12 +206,41 @@ class PrometheusRawSource:
         start_ms, end_ms = day_bounds_ms(day)
         return self.fetch_window(cluster, start_ms - max(0, int(lookback_ms)), end_ms)
 
+    def fetch_day_parts(self, cluster: str, day: date, lookback_ms: int) -> Iterator[RawDay]:
+        """The same rows as `fetch_day` (in another order), one replica-dedupe bucket (an hour by default) at
+        a time, the DRA objects last: a pull holds one bucket's samples, not the day's (runner.pull_raw_day
+        writes each part as it comes). Replica dedupe decides per scrape target and bucket, and the parts
+        are cut at bucket boundaries, so deduping part by part chooses as deduping the day does."""
+        start_ms, end_ms = day_bounds_ms(day)
+        start = start_ms - max(0, int(lookback_ms))
+        inner = range(start - start % self.bucket_ms + self.bucket_ms, end_ms, self.bucket_ms)
+        edges = sorted({start, end_ms, *inner})
+        self._reset_counts()
+        warned: set[str] = set()
+        for w0, w1 in itertools.pairwise(edges):
+            dcgm, kube = self._fetch_samples(cluster, w0, w1, warned)
+            yield RawDay(dcgm, kube)
+        allocations, devices = self._k8s_objects(cluster)
+        yield RawDay(RAW_DCGM_SCHEMA.empty_table(), RAW_KUBE_SCHEMA.empty_table(), allocations, devices)
+
     def fetch_window(self, cluster: str, start_ms: int, end_ms: int) -> RawDay:
+        self._reset_counts()
+        dcgm, kube = self._fetch_samples(cluster, start_ms, end_ms, set())
+        allocations, devices = self._k8s_objects(cluster)
+        return RawDay(dcgm, kube, allocations, devices)
+
+    def _reset_counts(self) -> None:
+        self.queries = 0
+        self.bytes_received = self.samples_received = 0
+
+    def _fetch_samples(
+        self, cluster: str, start_ms: int, end_ms: int, warned: set[str]
+    ) -> tuple[pa.Table, pa.Table]:
+        """The DCGM and kube rows of [start_ms, end_ms), replicas deduped; `warned` holds the foreign
+        clusters already warned about in this pull (one warning per pull, not per part)."""
         self._headers = self._auth_headers()
         self._local = threading.local()
         self._stop = stop = threading.Event()
-        self.queries = 0
-        self.bytes_received = self.samples_received = 0
         metrics = [(m, "dcgm") for m in self.dcgm_metrics] + [(m, "kube") for m in self.kube_metrics]
         # R11 reads XID only as "some value != 0": its raw samples are fetched only in windows where an
         # aggregate says a series has one (docs/prometheus.md, "What is pushed down").
@@ -254,11 +284,8 @@ class PrometheusRawSource:
         merged = self._dedupe_replicas(list(series.values()))
         dcgm_series = [s for s in merged if kinds.get(s.labels.get("__name__", "")) == "dcgm"]
         kube_series = [s for s in merged if kinds.get(s.labels.get("__name__", "")) == "kube"]
-        self._warn_foreign_clusters(cluster, merged)
-        dcgm = self._dcgm_table(cluster, dcgm_series)
-        kube = self._kube_table(cluster, kube_series)
-        allocations, devices = self._k8s_objects(cluster)
-        return RawDay(dcgm, kube, allocations, devices)
+        self._warn_foreign_clusters(cluster, merged, warned)
+        return self._dcgm_table(cluster, dcgm_series), self._kube_table(cluster, kube_series)
 
     # --- HTTP --------------------------------------------------------------------------------
 
@@ -551,8 +578,11 @@ class PrometheusRawSource:
     def _cluster_of(self, labels: dict[str, str], configured: str) -> str:
         return labels.get(self.cluster_label) or configured
 
-    def _warn_foreign_clusters(self, cluster: str, series: Iterable[_Series]) -> None:
-        others = sorted({v for s in series if (v := s.labels.get(self.cluster_label)) and v != cluster})
+    def _warn_foreign_clusters(self, cluster: str, series: Iterable[_Series], warned: set[str]) -> None:
+        others = sorted(
+            {v for s in series if (v := s.labels.get(self.cluster_label)) and v != cluster} - warned
+        )
+        warned.update(others)
         if others:
             log.warning(
                 "Prometheus %s: series of cluster(s) %s are in the pull for %r and will not be metered as %r; "

@@ -26,7 +26,7 @@ from metering.k8s_objects import load_k8s_json, parse_resource_claims, parse_res
 from metering.prometheus import PrometheusRawSource, parse_timestamp_ms
 from metering.promserver import PrometheusServer, backfill
 from metering.schema import RAW_DCGM_SCHEMA, RAW_KUBE_SCHEMA
-from metering.sources import ParquetRawSource, SourceError
+from metering.sources import ParquetRawSource, SourceError, concat_parts
 
 if not promserver.binaries_available():  # CI installs it (.ci/run); say what to do anywhere else
     pytest.skip(
@@ -617,3 +617,35 @@ def test_backfill_errors_are_clear(tmp_path: Path) -> None:
     bad.write_text("# TYPE m gauge\nm 1 1700000000\n", encoding="utf-8")  # no # EOF
     with pytest.raises(promserver.PrometheusServerError, match="promtool could not backfill"):
         backfill(bad, tmp_path / "tsdb")
+
+
+# --- a day in parts (runner.pull_raw_day holds one part, not the day) -----------------------------------
+
+
+@pytest.mark.parametrize(
+    ("cluster", "lookback_ms", "bucket_seconds"),
+    [("exact", 300_000, 3600), ("ha", 0, 3600), ("failover", 300_000, 3600), ("failover", 0, 5400)],
+)
+def test_the_day_in_parts_holds_exactly_the_rows_of_the_whole_day(
+    prom: PrometheusServer, cluster: str, lookback_ms: int, bucket_seconds: int
+) -> None:
+    """fetch_day_parts cuts the day at replica-dedupe bucket edges (R1: the failover fixture switches replica
+    at 06:00; a 90-minute bucket puts edges off the hour): the parts hold the rows of fetch_day, each part one
+    bucket's, and the DRA objects come last."""
+    selector = f'cluster="{cluster}"'
+    whole = source(prom.url, selector, dedupe_bucket_seconds=bucket_seconds, **FEW).fetch_day(
+        cluster, DAY, lookback_ms
+    )
+    parts = list(
+        source(prom.url, selector, dedupe_bucket_seconds=bucket_seconds, **FEW).fetch_day_parts(
+            cluster, DAY, lookback_ms
+        )
+    )
+    together = concat_parts(iter(parts))
+    assert rows(together.dcgm) == rows(whole.dcgm) and rows(together.kube) == rows(whole.kube)
+    assert together.dcgm.num_rows == whole.dcgm.num_rows > 0
+    bucket_ms = bucket_seconds * 1000
+    for part in parts[:-1]:
+        ts = part.dcgm.column("ts_ms").to_pylist() + part.kube.column("ts_ms").to_pylist()
+        assert len({t // bucket_ms for t in ts}) <= 1  # one bucket per part
+    assert len(parts) >= 86_400 // bucket_seconds
