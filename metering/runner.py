@@ -66,12 +66,13 @@ def pull_raw_day(
     staged: dict[str, StagedDay] = {}
     try:
         # Fetch every cluster before storing any: a source that fails leaves every stored day untouched.
+        lookback = lookback_ms(config)
         for name in names:
             source = sources[name]
             if isinstance(source, PartedRawSource):
-                parts = source.fetch_day_parts(name, day, lookback_ms(config))
+                parts = source.fetch_day_parts(name, day, lookback)
             else:
-                parts = iter([source.fetch_day(name, day, lookback_ms(config))])
+                parts = iter([source.fetch_day(name, day, lookback)])
             staged[name] = warehouse.stage_day(RAW, name, day, dict(RAW_TABLES))
             for part in parts:
                 for table, rows in part.tables().items():

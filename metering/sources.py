@@ -66,13 +66,14 @@ def _read_window(path: Path, table: str, start_ms: int | None, end_ms: int | Non
     try:
         parquet = pq.ParquetFile(path)
         ts_column = parquet.schema_arrow.get_field_index("ts_ms")
+        bounded = start_ms is not None and end_ms is not None
         for index in range(parquet.num_row_groups):
-            if start_ms is not None and end_ms is not None:
+            if bounded:
                 stats = parquet.metadata.row_group(index).column(ts_column).statistics
                 if stats is not None and stats.has_min_max and (stats.max < start_ms or stats.min >= end_ms):
                     continue  # the row group lies outside the window
             rows = parquet.read_row_group(index, columns=schema.names)
-            if start_ms is not None and end_ms is not None:
+            if bounded:
                 ts = rows.column("ts_ms")
                 rows = rows.filter(pc.and_(pc.greater_equal(ts, start_ms), pc.less(ts, end_ms)))
             yield rows.cast(schema)

@@ -411,16 +411,9 @@ class StagedDay:
     def _temp_for(self, table: str) -> Path:
         target = self.targets[table]
         if isinstance(target, Path):  # beside the target: the rename is atomic; a dead writer's is swept
-            folder, prefix = target.parent, f".{target.name}.{os.getpid()}."
-        else:  # an object store: a local file, uploaded whole at commit
-            folder, prefix = self._scratch, f"{table}."
-        try:
-            folder.mkdir(parents=True, exist_ok=True)
-            fd, name = tempfile.mkstemp(prefix=prefix, suffix=f".{uuid.uuid4().hex[:8]}.tmp", dir=folder)
-        except OSError as exc:
-            raise _write_error(target, exc) from None
-        os.close(fd)
-        return Path(name)
+            return _temp_beside(target)
+        # An object store: a local file, uploaded whole at commit.
+        return _temp_beside(self._scratch / f"{table}.parquet")
 
     def write(self, table: str, rows: pa.Table) -> None:
         if table not in self._writers:
@@ -446,9 +439,7 @@ class StagedDay:
                     self._writers.pop(table).close()
                     if isinstance(target, Path):
                         _sweep_stale_temps(target)
-                        with open(temp, "rb") as fh:
-                            os.fsync(fh.fileno())
-                        os.replace(temp, target)
+                        _install(temp, target)
                     else:
                         target.fs.put_file(str(temp), target.path)
                 except OSError as exc:
@@ -479,28 +470,38 @@ def _write_error(path: Path | UPath, exc: OSError) -> WarehouseError:
     )
 
 
-def atomic_write_parquet(path: Path, rows: pa.Table) -> Path:
-    """Write `rows` to `path` so that the file is either the old one or the complete new one."""
-    if not isinstance(path, Path):
-        buffer = io.BytesIO()
-        pq.write_table(rows, buffer, compression="zstd")
-        return _put_object(path, buffer.getvalue())
+def _temp_beside(path: Path) -> Path:
+    """An empty temp file in `path`'s folder, for a write that ends with `_install`. The pid in the name lets a
+    later write remove what a killed writer left (_sweep_stale_temps); readers never see it."""
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        # The pid in the name lets a later write remove what a killed writer left (_sweep_stale_temps).
         fd, tmp_name = tempfile.mkstemp(
             prefix=f".{path.name}.{os.getpid()}.", suffix=f".{uuid.uuid4().hex[:8]}.tmp", dir=path.parent
         )
     except OSError as exc:
         raise _write_error(path, exc) from None
     os.close(fd)
-    tmp = Path(tmp_name)
+    return Path(tmp_name)
+
+
+def _install(tmp: Path, path: Path) -> None:
+    """Make a complete temp file the file at `path`: fsynced, then renamed over the old one (atomic)."""
+    with open(tmp, "rb") as fh:
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+
+
+def atomic_write_parquet(path: Path, rows: pa.Table) -> Path:
+    """Write `rows` to `path` so that the file is either the old one or the complete new one."""
+    if not isinstance(path, Path):
+        buffer = io.BytesIO()
+        pq.write_table(rows, buffer, compression="zstd")
+        return _put_object(path, buffer.getvalue())
+    tmp = _temp_beside(path)
     _sweep_stale_temps(path)
     try:
         pq.write_table(rows, tmp, compression="zstd")
-        with open(tmp, "rb") as fh:
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
+        _install(tmp, path)
     except OSError as exc:
         tmp.unlink(missing_ok=True)
         raise _write_error(path, exc) from exc
