@@ -39,7 +39,12 @@ from dataclasses import asdict, dataclass, field
 from datetime import UTC, date, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from duckdb import DuckDBPyConnection
+
+    from metering.config import Config
 
 REPO = Path(__file__).resolve().parent.parent
 DEMO_CONFIG = REPO / "examples" / "demo-config.yaml"
@@ -167,13 +172,29 @@ def step_meter(ws: Workspace, day: date) -> Measure:
     )
 
 
+@contextmanager
+def _duckdb_session(ws: Workspace, config: Config) -> Iterator[DuckDBPyConnection]:
+    """The DuckDB session of (b) and (b′): the threads (2) and memory limit a metering run has, spilling
+    under the workspace (removed after)."""
+    import duckdb
+
+    spill = ws.root / ".duckdb-tmp"
+    con = duckdb.connect()
+    try:
+        con.execute("set threads to 2")
+        con.execute("set memory_limit = ?", [config.warehouse.memory_limit])
+        con.execute("set temp_directory = ?", [str(spill)])
+        yield con
+    finally:
+        con.close()
+        shutil.rmtree(spill, ignore_errors=True)
+
+
 def _duckdb_files(files: list[Path]) -> str:
     return "[" + ", ".join("'" + str(f).replace("'", "''") + "'" for f in files) + "]"
 
 
 def step_single_pass(ws: Workspace, day: date) -> Measure:
-    import duckdb
-
     from metering.accounting import day_bounds_ms
     from metering.config import load_config
     from metering.schema import DCGM_GR_ENGINE_ACTIVE
@@ -181,16 +202,14 @@ def step_single_pass(ws: Workspace, day: date) -> Measure:
     config = load_config(ws.config_path)
     start_ms, end_ms = day_bounds_ms(day)
     files = ws.raw_files("raw_dcgm_samples", day)
-    con = duckdb.connect()
-    con.execute("set threads to 2")
-    con.execute("set memory_limit = ?", [config.warehouse.memory_limit])
-    started = time.perf_counter()
-    rows = con.execute(
-        f"select namespace, pod, count(*) * ? as held_seconds from read_parquet({_duckdb_files(files)}) "
-        "where metric = ? and pod is not null and ts_ms >= ? and ts_ms < ? group by all",
-        [config.scrape_interval_seconds, DCGM_GR_ENGINE_ACTIVE, start_ms, end_ms],
-    ).fetchall()
-    wall = time.perf_counter() - started
+    with _duckdb_session(ws, config) as con:
+        started = time.perf_counter()
+        rows = con.execute(
+            f"select namespace, pod, count(*) * ? as held_seconds from read_parquet({_duckdb_files(files)}) "
+            "where metric = ? and pod is not null and ts_ms >= ? and ts_ms < ? group by all",
+            [config.scrape_interval_seconds, DCGM_GR_ENGINE_ACTIVE, start_ms, end_ms],
+        ).fetchall()
+        wall = time.perf_counter() - started
     return Measure("single_pass", ws.gpus, wall, _rows(files), extra={"pods": len(rows)})
 
 
@@ -199,7 +218,6 @@ def step_sample_floor(ws: Workspace, day: date) -> Measure:
     DCGM rows at the sample's grain (device series × holder × timestamp; every metric's row proves the
     sample, R4), then held seconds per pod. (b) counts rows, so a duplicated or shared series counts twice
     (the PromQL failure); the step from (b) to (b') is the price of not double-counting, before any rule."""
-    import duckdb
 
     from metering.accounting import day_bounds_ms
     from metering.config import load_config
@@ -207,19 +225,15 @@ def step_sample_floor(ws: Workspace, day: date) -> Measure:
     config = load_config(ws.config_path)
     start_ms, end_ms = day_bounds_ms(day)
     files = ws.raw_files("raw_dcgm_samples", day)
-    con = duckdb.connect()
-    con.execute("set threads to 2")
-    con.execute("set memory_limit = ?", [config.warehouse.memory_limit])
-    con.execute("set temp_directory = ?", [str(ws.root / ".floor-tmp")])
-    started = time.perf_counter()
-    rows = con.execute(
-        "with samples as (select uuid, gpu_i_id, namespace, pod, container, ts_ms "
-        f"from read_parquet({_duckdb_files(files)}) where ts_ms >= ? and ts_ms < ? group by all) "
-        "select namespace, pod, count(*) * ? as held_seconds from samples where pod is not null group by all",
-        [start_ms, end_ms, config.scrape_interval_seconds],
-    ).fetchall()
-    wall = time.perf_counter() - started
-    shutil.rmtree(ws.root / ".floor-tmp", ignore_errors=True)
+    with _duckdb_session(ws, config) as con:
+        started = time.perf_counter()
+        rows = con.execute(
+            "with samples as (select uuid, gpu_i_id, namespace, pod, container, ts_ms "
+            f"from read_parquet({_duckdb_files(files)}) where ts_ms >= ? and ts_ms < ? group by all) "
+            "select namespace, pod, count(*) * ? as held_seconds from samples where pod is not null group by all",
+            [start_ms, end_ms, config.scrape_interval_seconds],
+        ).fetchall()
+        wall = time.perf_counter() - started
     return Measure("sample_floor", ws.gpus, wall, _rows(files), extra={"pods": len(rows)})
 
 
