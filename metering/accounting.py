@@ -46,6 +46,13 @@ class Model:
     deps: tuple[str, ...]
     sql: str | None = None  # None for a Python model
     description: str = ""
+    # "ephemeral" (a `-- materialized: ephemeral` line, as in dbt): a view its readers query, never a table,
+    # never stored and not an asset of its own; its readers stand on its dependencies.
+    materialized: str = "table"
+
+    @property
+    def ephemeral(self) -> bool:
+        return self.materialized == "ephemeral"
 
     @property
     def table(self) -> str:
@@ -80,19 +87,32 @@ class RawFiles:
     files: Mapping[str, Sequence[Path]]
 
 
+_MATERIALIZED = re.compile(r"^--\s*materialized:\s*(table|ephemeral)\s*$")
+
+
 def _description(sql: str) -> str:
     lines = []
     for line in sql.splitlines():
         if not line.startswith("--"):
             break
-        lines.append(line.removeprefix("--").strip())
+        if not _MATERIALIZED.match(line):
+            lines.append(line.removeprefix("--").strip())
     return " ".join(lines)
+
+
+def _materialized(sql: str) -> str:
+    for line in sql.splitlines():
+        if not line.startswith("--"):
+            break
+        if found := _MATERIALIZED.match(line):
+            return found.group(1)
+    return "table"
 
 
 PYTHON_MODELS: dict[str, tuple[str, tuple[str, ...], str]] = {
     "int_device_classes": (
         "intermediate",
-        ("stg_dcgm_samples",),
+        ("stg_dcgm_series",),
         "Weight (R3) and price (R8) of every (modelName, MIG profile) seen in the day.",
     ),
     "int_holder_tenants": (
@@ -115,7 +135,9 @@ def load_models(sql_dir: Path = SQL_DIR) -> tuple[Model, ...]:
     for name, (layer, sql) in texts.items():
         code = "\n".join(line.split("--", 1)[0] for line in sql.splitlines())
         referenced = set(re.findall(r"\b([a-z][a-z0-9_]*)\b", code)) & names
-        models[name] = Model(name, layer, tuple(sorted(referenced - {name})), sql, _description(sql))
+        models[name] = Model(
+            name, layer, tuple(sorted(referenced - {name})), sql, _description(sql), _materialized(sql)
+        )
     for name, (layer, deps, description) in PYTHON_MODELS.items():
         models[name] = Model(name, layer, deps, None, description)
     graph = {name: [d for d in model.deps if d in models] for name, model in models.items()}
@@ -123,13 +145,27 @@ def load_models(sql_dir: Path = SQL_DIR) -> tuple[Model, ...]:
     return tuple(models[name] for name in order)
 
 
+def lineage_deps(model: Model) -> tuple[str, ...]:
+    """What a model stands on as assets: its dependencies, an ephemeral one replaced by its own."""
+    models = {m.name: m for m in load_models()}
+    deps: set[str] = set()
+    pending = list(model.deps)
+    while pending:
+        dep = pending.pop()
+        if dep in models and models[dep].ephemeral:
+            pending.extend(models[dep].deps)
+        else:
+            deps.add(dep)
+    return tuple(sorted(deps))
+
+
 # --- Python models ---------------------------------------------------------------------------
 
 
 def _device_classes(con: duckdb.DuckDBPyConnection, config: Config) -> pa.Table:
     seen = con.sql(
-        "select model_name, mig_profile, min(node) as node from stg_dcgm_samples "
-        "where in_day group by all order by all"
+        "select model_name, mig_profile, min(node) as node from stg_dcgm_series "
+        "where seen_in_day group by all order by all"
     ).fetchall()
     pairs = {(model, profile): node for model, profile, node in seen}
     # Every GPU model needs its whole-GPU class too: pool cost is priced per GPU (R9).
@@ -277,6 +313,7 @@ def meter_day(
     else:
         con = duckdb.connect()
     last_use = _last_use(load_models())
+    ephemeral = {m.name: m.ephemeral for m in load_models()}
     try:
         con.execute("set threads to 2")
         # DuckDB plans an ASOF join as a nested loop when it *estimates* the left side under this many rows;
@@ -304,8 +341,9 @@ def meter_day(
                 else:
                     if profile_dir is not None:
                         con.execute("set profiling_output = ?", [str(profile_dir / f"{model.name}.json")])
+                    kind = "temp view" if model.ephemeral else "table"
                     try:
-                        con.execute(f"create table {model.name} as {model.sql}")
+                        con.execute(f"create {kind} {model.name} as {model.sql}")
                     except duckdb.Error as exc:
                         raise AccountingError(f"model {model.layer}/{model.name}.sql failed: {exc}") from exc
                 # Marts are read by people and diffed by finance: a stable row order makes a re-run's
@@ -313,11 +351,13 @@ def meter_day(
                 order = " order by all" if model.layer == "marts" else ""
                 if model.name == "int_gpu_samples":
                     _require_prices(con)
-                if model.layer in keep_layers:
+                if model.name == "stg_dcgm_series":
+                    _require_distinct_series(con)
+                if model.layer in keep_layers and not model.ephemeral:
                     results[model.name] = con.sql(f"select * from {model.name}{order}").to_arrow_table()
                 # A model nothing later reads is dropped: memory goes to the queries still to run.
                 for done in last_use.get(model.name, ()):
-                    con.execute(f"drop table if exists {done}")
+                    con.execute(f"drop {'view' if ephemeral[done] else 'table'} if exists {done}")
                 if on_model:
                     on_model(model)
         return results
@@ -385,6 +425,19 @@ def _require_prices(con: duckdb.DuckDBPyConnection) -> None:
 
 
 _IDENTIFIER = re.compile(r"[a-z][a-z0-9_]*")
+
+
+def _require_distinct_series(con: duckdb.DuckDBPyConnection) -> None:
+    """Series are keyed by a 64-bit hash of their labels (stg_dcgm_judged): two label sets with one key would
+    merge two series' samples (R1), so the day stops instead. Never seen; about 10^-9 at 10,000 GPUs."""
+    clash = con.sql(
+        "select series_key from stg_dcgm_series group by all having count(*) > 1 limit 1"
+    ).fetchall()
+    if clash:
+        raise AccountingError(
+            f"two DCGM series share the key {clash[0][0]} (a hash collision of their labels): the day cannot be "
+            "metered exactly; report it with the day's raw files"
+        )
 
 
 def _identifier(name: str) -> str:

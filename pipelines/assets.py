@@ -18,7 +18,7 @@ from dagster import (
     multi_asset,
 )
 
-from metering.accounting import load_models, lookback_ms
+from metering.accounting import lineage_deps, load_models, lookback_ms
 from metering.runner import meter_partition_day, pull_raw_day
 from pipelines import checks
 from pipelines.checks import CHECK_SPECS
@@ -40,10 +40,11 @@ MODEL_SPECS = [
         model.name,
         group_name=model.layer,
         description=model.description,
-        deps=[AssetKey(dep) for dep in model.deps],
+        deps=[AssetKey(dep) for dep in lineage_deps(model)],
         kinds={"duckdb", "python" if model.sql is None else "sql"},
     )
     for model in load_models()
+    if not model.ephemeral
 ]
 
 
@@ -93,6 +94,8 @@ def build_day_assets(partitions_def: MultiPartitionsDefinition) -> list[AssetsDe
             gpumeter.config, gpumeter.warehouse, day, log=context.log.info, clusters=[cluster]
         )
         for model in load_models():
+            if model.ephemeral:
+                continue
             yield MaterializeResult(
                 asset_key=model.name, metadata={"rows": MetadataValue.int(counts.get(model.name, 0))}
             )

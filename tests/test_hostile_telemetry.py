@@ -13,12 +13,30 @@ import math
 from decimal import Decimal
 from typing import Any
 
+import duckdb
 import pyarrow as pa
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from metering.accounting import AccountingError, meter_day
+from metering.accounting import (
+    AccountingError,
+    _load_raw,
+    _require_distinct_series,
+    _set_variables,
+    load_models,
+    meter_day,
+)
 from metering.config import UNALLOCATED
-from metering.schema import DCGM_ENERGY, DCGM_FB_USED, DCGM_GPU_UTIL, DCGM_GR_ENGINE_ACTIVE, DCGM_TEMP
+from metering.schema import (
+    DCGM_ENERGY,
+    DCGM_FB_USED,
+    DCGM_GPU_UTIL,
+    DCGM_GR_ENGINE_ACTIVE,
+    DCGM_POWER,
+    DCGM_TEMP,
+    DCGM_XID,
+)
 from pipelines.checks import quarantined_samples
 from tests.test_rules import (
     A100,
@@ -151,6 +169,111 @@ def test_equal_copies_are_deduplicated_and_disagreeing_copies_keep_the_largest()
     q = quality(out)
     assert (q["quarantined_samples"], q["duplicate_samples"], q["quarantined_gpu_seconds"]) == (1, 1, D(60))
     assert quarantined_samples({"c1": out}).passed is False
+
+
+def test_copies_of_one_reading_under_two_model_names_are_still_copies() -> None:
+    """R1: a sample is (node, GPU, MIG instance, pod labels, time); two rows of one metric there are one reading
+    even when a label outside that grain differs. A modelName that flips makes two series (stg_dcgm_series),
+    and the copies across them are still found: the largest kept, the other reported, one device sample."""
+    f = factory().gpu("n1", "GPU-1", H100)
+    f.sample("GPU-1", 0, util=20, pod=P1)
+    namespace, pod, container = P1
+    f.dcgm_row(
+        f.ts(0),
+        DCGM_GPU_UTIL,
+        80.0,
+        hostname="n1",
+        uuid="GPU-1",
+        gpu="0",
+        model_name=A100,
+        namespace=namespace,
+        pod=pod,
+        container=container,
+    )
+    out = meter(f)
+    p1 = holder(out, "p1")
+    assert (p1["device_seconds"], p1["busy_gpu_seconds"]) == (D(60), D(48))  # 60 × 0.8, counted once
+    assert reasons(out) == {"conflicting_values": 1}
+
+
+JUDGED_METRICS = [
+    DCGM_GPU_UTIL,
+    DCGM_GR_ENGINE_ACTIVE,
+    DCGM_FB_USED,
+    DCGM_ENERGY,
+    DCGM_XID,
+    DCGM_POWER,
+    DCGM_TEMP,  # not read: never judged by its value
+]
+DROPPING = {"other_cluster", "timestamp_outside_day", "missing_uuid", "mig_labels_incomplete"}
+IGNORING = {"non_finite_value", "negative_value", "implausible_value"}
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    rows=st.lists(
+        st.tuples(
+            st.sampled_from(JUDGED_METRICS),
+            st.one_of(
+                st.none(),
+                st.floats(allow_nan=True, allow_infinity=True),
+                st.sampled_from([0.0, 0.5, 1.0, 1.5, 99.0, 100.0, 150.0, -1.0, 1e6 + 1, 1e9 + 1, 2e18]),
+            ),
+            st.booleans(),  # the row has its UUID
+        ),
+        min_size=1,
+        max_size=30,
+    )
+)
+def test_the_value_taken_agrees_with_the_reason_given(rows: list[tuple[str, float | None, bool]]) -> None:
+    """stg_dcgm_judged writes a row's reason (what stg_dcgm_quarantine reports) and the value it is taken at
+    (what stg_dcgm_samples reads) as separate expressions, so that neither is evaluated again for the other on
+    every raw row. They must agree on every row: kept as it came, clamped (R10), ignored, or dropped."""
+    f = factory()
+    for index, (metric, value, has_uuid) in enumerate(rows):
+        f.dcgm_row(
+            f.ts(index % 3), metric, value, hostname="n1", uuid="GPU-1" if has_uuid else None, model_name=H100
+        )
+    con = duckdb.connect()
+    try:
+        _load_raw(con, f.build())
+        _set_variables(con, make_config(), f.cluster, f.day)
+        judged = next(m for m in load_models() if m.name == "stg_dcgm_judged")
+        assert judged.ephemeral
+        con.execute(f"create temp view stg_dcgm_judged as {judged.sql}")
+        judgements = con.sql(
+            "select metric, value, dropped, reason, clean_value from stg_dcgm_judged"
+        ).fetchall()
+    finally:
+        con.close()
+    assert len(judgements) == len(rows)
+    for metric, value, dropped, reason, clean_value in judgements:
+        assert dropped == (reason in DROPPING)
+        if dropped:
+            continue
+        if reason is None:
+            assert clean_value == value or (value != value and clean_value != clean_value)  # NaN: a TEMP row
+        elif reason == "over_range":
+            assert clean_value == (100.0 if metric == DCGM_GPU_UTIL else 1.0)
+        else:
+            assert reason in IGNORING and clean_value is None
+        if metric == DCGM_TEMP:
+            assert reason is None
+
+
+def test_two_label_sets_under_one_series_key_stop_the_day() -> None:
+    """Series are keyed by a 64-bit hash of their labels: were two label sets to share one (never seen), their
+    samples would merge (R1). The day stops with one error instead."""
+    con = duckdb.connect()
+    try:
+        con.execute(
+            "create table stg_dcgm_series as select * from (values (42::ubigint, 'n1'), (42::ubigint, 'n2')) "
+            "as t(series_key, node)"
+        )
+        with pytest.raises(AccountingError, match="share the key 42"):
+            _require_distinct_series(con)
+    finally:
+        con.close()
 
 
 def test_a_clean_day_passes_the_quarantine_check() -> None:

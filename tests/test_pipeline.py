@@ -85,6 +85,9 @@ def test_lineage_runs_raw_to_staging_to_marts(demo_dir: Path) -> None:
     assert AssetKey("int_device_holders") in parents
     assert AssetKey("int_holder_tenants") in parents
     assert AssetKey("raw_dcgm_samples") in graph.get(AssetKey("stg_dcgm_samples")).parent_keys
+    # An ephemeral model (a view inside the run) is no asset: its readers stand on what it reads.
+    assert "stg_dcgm_judged" not in {key.path[-1] for key in graph.get_all_asset_keys()}
+    assert AssetKey("raw_dcgm_samples") in graph.get(AssetKey("stg_dcgm_quarantine")).parent_keys
     assert AssetKey("mart_tenant_daily_cost") in graph.get(AssetKey("invoice_lines")).parent_keys
 
 

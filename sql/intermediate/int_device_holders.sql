@@ -2,9 +2,10 @@
 with series_holders as (
     -- Pod labels on a series name its holder (R5); copies of one device for several pods are one
     -- device shared by them (R6).
-    select distinct ts_ms, device_id, namespace, pod, container
-    from stg_dcgm_samples
-    where in_day and pod is not null and namespace is not null
+    select distinct s.ts_ms, d.device_id, d.namespace, d.pod, d.container
+    from stg_dcgm_samples as s
+    join stg_dcgm_series as d on d.series_key = s.series_key
+    where s.in_day and d.pod is not null and d.namespace is not null
 ),
 kai_groups as (
     -- KAI Scheduler: fractional pods and the reservation pod that holds their GPU share the label

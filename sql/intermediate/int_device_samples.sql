@@ -2,22 +2,23 @@
 -- device collapse into one row (R6); a MIG GPU's GPU-level series are not a device.
 with device_samples as (
     select
-        s.cluster,
+        d.cluster,
         s.ts_ms,
-        s.device_id,
-        s.uuid,
-        s.gpu_i_id,
-        min(s.model_name) as model_name,
-        min(s.mig_profile) as mig_profile,
+        d.device_id,
+        d.uuid,
+        d.gpu_i_id,
+        min(d.model_name) as model_name,
+        min(d.mig_profile) as mig_profile,
         max(s.gr_engine_active) as gr_engine_active,
         max(s.gpu_util_pct) as gpu_util_pct,
         max(s.fb_used_mib) as fb_used_mib
     from stg_dcgm_samples as s
+    join stg_dcgm_series as d on d.series_key = s.series_key
     -- is_mig is one value per GPU for the day: looked up per GPU, not joined per sample (the per-sample
     -- join with int_gpu_samples below already keeps only observed GPU samples).
-    join (select distinct uuid, is_mig from int_gpu_samples) as m on m.uuid = s.uuid
-    where s.in_day and m.is_mig = (s.gpu_i_id is not null)
-    group by s.cluster, s.ts_ms, s.device_id, s.uuid, s.gpu_i_id
+    join (select distinct uuid, is_mig from int_gpu_samples) as m on m.uuid = d.uuid
+    where s.in_day and m.is_mig = (d.gpu_i_id is not null)
+    group by d.cluster, s.ts_ms, d.device_id, d.uuid, d.gpu_i_id
 )
 select
     d.cluster,

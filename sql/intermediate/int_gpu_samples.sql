@@ -3,25 +3,26 @@
 with gpu_modes as (
     -- A GPU is MIG-partitioned for the day when any of its series carries a GPU instance id.
     select uuid, bool_or(gpu_i_id is not null) as is_mig
-    from stg_dcgm_samples
-    where in_day
+    from stg_dcgm_series
+    where seen_in_day
     group by uuid
 ),
 gpu_samples as (
     select
-        s.cluster,
+        d.cluster,
         s.ts_ms,
         s.in_day,
-        min(s.node) as node,
-        s.uuid,
-        min(s.model_name) as model_name,
+        min(d.node) as node,
+        d.uuid,
+        min(d.model_name) as model_name,
         m.is_mig,
         coalesce(max(s.xid_error), 0) <> 0 as unhealthy,
         -- Energy is a GPU-level counter: vgpu copies repeat it, MIG instances may lack it.
-        max(s.energy_mj) filter (where s.gpu_i_id is null) as energy_mj
+        max(s.energy_mj) filter (where d.gpu_i_id is null) as energy_mj
     from stg_dcgm_samples as s
-    join gpu_modes as m on m.uuid = s.uuid
-    group by s.cluster, s.ts_ms, s.in_day, s.uuid, m.is_mig
+    join stg_dcgm_series as d on d.series_key = s.series_key
+    join gpu_modes as m on m.uuid = d.uuid
+    group by d.cluster, s.ts_ms, s.in_day, d.uuid, m.is_mig
 ),
 energy_deltas as (
     select

@@ -1,0 +1,73 @@
+-- materialized: ephemeral
+-- Every raw DCGM row with the judgement of its own labels and value: a reason where it is not taken as it
+-- came, what is done about it, and the value it is taken at. An ephemeral model (a view, never stored):
+-- stg_dcgm_samples, stg_dcgm_series and stg_dcgm_quarantine each read the raw rows through it, so the rules
+-- are written once and the raw day is never copied (bench/README.md). docs/reliability.md lists the reasons.
+-- Values are judged only for the metrics the accounting reads; another metric's row (e.g. GPU_TEMP) only
+-- proves that the series was scraped, whatever its value.
+-- Each column is its own expression, none built on another: DuckDB inlines a view's columns, so a column
+-- read from another would evaluate the whole judgement again on every raw row.
+select
+    *,
+    -- Rows that are not the day's device samples at all (R1, R2, R3): the first four reasons below.
+    cluster is distinct from getvariable('cluster')
+        or ts_ms is null or ts_ms < getvariable('window_start_ms') or ts_ms >= getvariable('day_end_ms')
+        or uuid is null
+        or (gpu_i_id is null) <> (gpu_i_profile is null) as dropped,
+    case
+        when cluster is distinct from getvariable('cluster') then 'other_cluster'
+        -- R2: a sample outside the day and its lookback is not the day's; counted, never silently lost.
+        when ts_ms is null or ts_ms < getvariable('window_start_ms') or ts_ms >= getvariable('day_end_ms')
+            then 'timestamp_outside_day'
+        -- R1: with no UUID there is no GPU to count the sample for.
+        when uuid is null then 'missing_uuid'
+        -- R3: a MIG instance without its profile (or a profile without an instance) cannot be weighed.
+        when (gpu_i_id is null) <> (gpu_i_profile is null) then 'mig_labels_incomplete'
+        when metric not in (
+            'DCGM_FI_PROF_GR_ENGINE_ACTIVE',
+            'DCGM_FI_DEV_GPU_UTIL',
+            'DCGM_FI_DEV_FB_USED',
+            'DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION',
+            'DCGM_FI_DEV_XID_ERRORS',
+            'DCGM_FI_DEV_POWER_USAGE'
+        ) then null
+        -- The sample still counts (R1); its value says nothing about the device (R10).
+        when value is null or not isfinite(value) then 'non_finite_value'
+        -- None of these metrics can be negative: a broken exporter, not a reading near 0.
+        when value < 0 then 'negative_value'
+        -- Beyond any GPU (1 PiB of frame buffer, 10^15 J since boot, 1 MW): a corrupt value that would
+        -- also overflow the exact DECIMAL sums (R1).
+        when (metric = 'DCGM_FI_DEV_FB_USED' and value > 1e9)
+            or (metric = 'DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION' and value > 1e18)
+            or (metric = 'DCGM_FI_DEV_POWER_USAGE' and value > 1e6)
+            then 'implausible_value'
+        -- R10: utilization is a ratio; over 100 % (or 1) is clamped to full use.
+        when (metric = 'DCGM_FI_DEV_GPU_UTIL' and value > 100)
+            or (metric = 'DCGM_FI_PROF_GR_ENGINE_ACTIVE' and value > 1)
+            then 'over_range'
+    end as reason,
+    -- The value a row that is not dropped is taken at: as it came, none (an ignored value), or its clamp.
+    case
+        when metric not in (
+            'DCGM_FI_PROF_GR_ENGINE_ACTIVE',
+            'DCGM_FI_DEV_GPU_UTIL',
+            'DCGM_FI_DEV_FB_USED',
+            'DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION',
+            'DCGM_FI_DEV_XID_ERRORS',
+            'DCGM_FI_DEV_POWER_USAGE'
+        ) then value
+        when value is null or not isfinite(value) or value < 0 then null
+        when (metric = 'DCGM_FI_DEV_FB_USED' and value > 1e9)
+            or (metric = 'DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION' and value > 1e18)
+            or (metric = 'DCGM_FI_DEV_POWER_USAGE' and value > 1e6)
+            then null
+        when metric = 'DCGM_FI_DEV_GPU_UTIL' and value > 100 then 100.0
+        when metric = 'DCGM_FI_PROF_GR_ENGINE_ACTIVE' and value > 1 then 1.0
+        else value
+    end as clean_value,
+    -- The series a row belongs to: every label the accounting reads. A 64-bit hash, so that the day's largest
+    -- group-by (stg_dcgm_samples) hashes one integer instead of nine strings; stg_dcgm_series computes the
+    -- same hash of the same labels once per series and proves the day has no collision
+    -- (accounting._require_distinct_series).
+    hash(cluster, hostname, uuid, gpu_i_id, namespace, pod, container, model_name, gpu_i_profile) as series_key
+from raw_dcgm_samples
