@@ -456,7 +456,11 @@ def _pull_day(ws: Workspace, url: str, day: date, into: Path) -> tuple[Any, dict
     shutil.rmtree(into, ignore_errors=True)
     try:
         counts = pull_raw_day(
-            load_config(ws.config_path), Warehouse.at(into), day, source_for=lambda _: source, clusters=[CLUSTER]
+            load_config(ws.config_path),
+            Warehouse.at(into),
+            day,
+            source_for=lambda _: source,
+            clusters=[CLUSTER],
         )
     finally:
         shutil.rmtree(into, ignore_errors=True)
