@@ -1699,11 +1699,17 @@ def _swap_in(staging: Path, final: Path) -> None:
     shutil.rmtree(old, ignore_errors=True)
 
 
-def write_openmetrics(spec: FactorySpec, out_path: Path) -> None:
-    """Every day of the spec as one OpenMetrics file for `promtool tsdb create-blocks-from openmetrics`."""
+def write_openmetrics(spec: FactorySpec, out_path: Path, nodes_per_part: int = 16) -> None:
+    """Every day of the spec as one OpenMetrics file for `promtool tsdb create-blocks-from openmetrics`,
+    streamed by node groups like `write_parquet`: a series lives on one node, so each series still comes in
+    time order, and a fleet's day is never whole in memory (1,000 GPUs' kube labels alone overflow one
+    Arrow string array)."""
     from metering import openmetrics
 
-    openmetrics.write_openmetrics(((sim.dcgm, sim.kube) for sim in iter_days(spec)), Path(out_path))
+    parts = (
+        (part.dcgm, part.kube) for day in spec.day_list for part in iter_day_parts(spec, day, nodes_per_part)
+    )
+    openmetrics.write_openmetrics(parts, Path(out_path))
 
 
 def describe(spec: FactorySpec) -> str:

@@ -554,10 +554,14 @@ def parse_openmetrics(path: Path) -> tuple[list[str], dict[str, int], dict[tuple
     return families, counts, series
 
 
-def test_openmetrics_round_trip(tmp_path):
+@pytest.mark.parametrize("nodes_per_part", [16, 1], ids=["whole-day", "node-by-node"])
+def test_openmetrics_round_trip(tmp_path, nodes_per_part):
+    """Streamed node group by node group (as a fleet's day must be), the file holds every sample of
+    simulate_day, each series in time order across parts and days."""
     spec = simulator.FactorySpec(**{**SMALL.__dict__, "days": 2})
+    assert len(simulator.factory_layout(spec).nodes) > 1
     out = tmp_path / "factory.om"
-    simulator.write_openmetrics(spec, out)
+    simulator.write_openmetrics(spec, out, nodes_per_part=nodes_per_part)
     families, counts, series = parse_openmetrics(out)
     expected: dict[str, int] = {}
     for day in spec.day_list:
