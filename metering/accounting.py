@@ -91,23 +91,17 @@ class RawFiles:
 _MATERIALIZED = re.compile(r"^--\s*materialized:\s*(table|ephemeral)\s*$")
 
 
-def _description(sql: str) -> str:
-    lines = []
-    for line in sql.splitlines():
-        if not line.startswith("--"):
-            break
-        if not _MATERIALIZED.match(line):
-            lines.append(line.removeprefix("--").strip())
-    return " ".join(lines)
-
-
-def _materialized(sql: str) -> str:
+def _header(sql: str) -> tuple[str, str]:
+    """(description, materialization) from a model's leading comment lines."""
+    lines, materialized = [], "table"
     for line in sql.splitlines():
         if not line.startswith("--"):
             break
         if found := _MATERIALIZED.match(line):
-            return found.group(1)
-    return "table"
+            materialized = found.group(1)
+        else:
+            lines.append(line.removeprefix("--").strip())
+    return " ".join(lines), materialized
 
 
 PYTHON_MODELS: dict[str, tuple[str, tuple[str, ...], str]] = {
@@ -136,9 +130,7 @@ def load_models(sql_dir: Path = SQL_DIR) -> tuple[Model, ...]:
     for name, (layer, sql) in texts.items():
         code = "\n".join(line.split("--", 1)[0] for line in sql.splitlines())
         referenced = set(re.findall(r"\b([a-z][a-z0-9_]*)\b", code)) & names
-        models[name] = Model(
-            name, layer, tuple(sorted(referenced - {name})), sql, _description(sql), _materialized(sql)
-        )
+        models[name] = Model(name, layer, tuple(sorted(referenced - {name})), sql, *_header(sql))
     for name, (layer, deps, description) in PYTHON_MODELS.items():
         models[name] = Model(name, layer, deps, None, description)
     graph = {name: [d for d in model.deps if d in models] for name, model in models.items()}
@@ -313,8 +305,9 @@ def meter_day(
         con = duckdb.connect(str(database))
     else:
         con = duckdb.connect()
-    last_use = _last_use(load_models())
-    ephemeral = {m.name: m.ephemeral for m in load_models()}
+    models = load_models()
+    last_use = _last_use(models)
+    views = {m.name for m in models if m.ephemeral}
     try:
         con.execute("set threads to 2")
         # DuckDB plans an ASOF join as a nested loop when it *estimates* the left side under this many rows;
@@ -332,7 +325,7 @@ def meter_day(
         results: dict[str, pa.Table] = {}
         with warnings.catch_warnings():
             warnings.simplefilter("default")
-            for model in load_models():
+            for model in models:
                 _identifier(model.name)  # interpolated into SQL below: only a plain name may get there
                 if model.sql is None:
                     table = PYTHON_MODEL_FUNCTIONS[model.name](con, config)
@@ -358,7 +351,7 @@ def meter_day(
                     results[model.name] = con.sql(f"select * from {model.name}{order}").to_arrow_table()
                 # A model nothing later reads is dropped: memory goes to the queries still to run.
                 for done in last_use.get(model.name, ()):
-                    con.execute(f"drop {'view' if ephemeral[done] else 'table'} if exists {done}")
+                    con.execute(f"drop {'view' if done in views else 'table'} if exists {done}")
                 if on_model:
                     on_model(model)
         return results

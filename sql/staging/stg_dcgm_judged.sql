@@ -5,8 +5,22 @@
 -- are written once and the raw day is never copied (bench/README.md). docs/reliability.md lists the reasons.
 -- Values are judged only for the metrics the accounting reads; another metric's row (e.g. GPU_TEMP) only
 -- proves that the series was scraped, whatever its value.
--- Each column is its own expression, none built on another: DuckDB inlines a view's columns, so a column
--- read from another would evaluate the whole judgement again on every raw row.
+-- Each judgement column is its own expression, none built on another: DuckDB inlines a view's columns, so a
+-- column read from another would evaluate the whole judgement again on every raw row.
+with read_rows as (
+    -- `value_read`: the row is of a metric whose value the accounting reads (the one list of them).
+    select
+        *,
+        metric in (
+            'DCGM_FI_PROF_GR_ENGINE_ACTIVE',
+            'DCGM_FI_DEV_GPU_UTIL',
+            'DCGM_FI_DEV_FB_USED',
+            'DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION',
+            'DCGM_FI_DEV_XID_ERRORS',
+            'DCGM_FI_DEV_POWER_USAGE'
+        ) as value_read
+    from raw_dcgm_samples
+)
 select
     *,
     -- Rows that are not the day's device samples at all (R1, R2, R3): the first four reasons below.
@@ -23,14 +37,7 @@ select
         when uuid is null then 'missing_uuid'
         -- R3: a MIG instance without its profile (or a profile without an instance) cannot be weighed.
         when (gpu_i_id is null) <> (gpu_i_profile is null) then 'mig_labels_incomplete'
-        when metric not in (
-            'DCGM_FI_PROF_GR_ENGINE_ACTIVE',
-            'DCGM_FI_DEV_GPU_UTIL',
-            'DCGM_FI_DEV_FB_USED',
-            'DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION',
-            'DCGM_FI_DEV_XID_ERRORS',
-            'DCGM_FI_DEV_POWER_USAGE'
-        ) then null
+        when not value_read then null
         -- The sample still counts (R1); its value says nothing about the device (R10).
         when value is null or not isfinite(value) then 'non_finite_value'
         -- None of these metrics can be negative: a broken exporter, not a reading near 0.
@@ -48,14 +55,7 @@ select
     end as reason,
     -- The value a row that is not dropped is taken at: as it came, none (an ignored value), or its clamp.
     case
-        when metric not in (
-            'DCGM_FI_PROF_GR_ENGINE_ACTIVE',
-            'DCGM_FI_DEV_GPU_UTIL',
-            'DCGM_FI_DEV_FB_USED',
-            'DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION',
-            'DCGM_FI_DEV_XID_ERRORS',
-            'DCGM_FI_DEV_POWER_USAGE'
-        ) then value
+        when not value_read then value
         when value is null or not isfinite(value) or value < 0 then null
         when (metric = 'DCGM_FI_DEV_FB_USED' and value > 1e9)
             or (metric = 'DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION' and value > 1e18)
@@ -70,4 +70,4 @@ select
     -- same hash of the same labels once per series and proves the day has no collision
     -- (accounting._require_distinct_series).
     hash(cluster, hostname, uuid, gpu_i_id, namespace, pod, container, model_name, gpu_i_profile) as series_key
-from raw_dcgm_samples
+from read_rows

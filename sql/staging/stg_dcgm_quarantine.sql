@@ -7,16 +7,9 @@
 -- over every raw row (bench/README.md).
 with read_values as not materialized (
     -- The rows whose value stg_dcgm_samples reads, at the value it takes.
-    select * exclude (series_key, dropped, reason), series_key
+    select * exclude (series_key, value_read, dropped, reason), series_key
     from stg_dcgm_judged
-    where not dropped and clean_value is not null and metric in (
-        'DCGM_FI_PROF_GR_ENGINE_ACTIVE',
-        'DCGM_FI_DEV_GPU_UTIL',
-        'DCGM_FI_DEV_FB_USED',
-        'DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION',
-        'DCGM_FI_DEV_XID_ERRORS',
-        'DCGM_FI_DEV_POWER_USAGE'
-    )
+    where not dropped and clean_value is not null and value_read
 ),
 split_series as materialized (
     -- Series that share a sample's grain (node, GPU, MIG instance, pod labels) but differ in modelName or MIG
@@ -56,7 +49,7 @@ shared_uuids as materialized (
     having min(coalesce(d.node, chr(0))) <> max(coalesce(d.node, chr(0)))
 )
 select
-    * exclude (series_key, dropped, reason, clean_value),
+    * exclude (series_key, value_read, dropped, reason, clean_value),
     reason,
     case
         when dropped then 'dropped'
@@ -76,7 +69,7 @@ from extra_copies
 where copy_number > 1
 union all
 select
-    k.* exclude (series_key, dropped, reason, clean_value),
+    k.* exclude (series_key, value_read, dropped, reason, clean_value),
     'uuid_on_several_nodes' as reason,
     'merged' as action,
     k.clean_value

@@ -17,16 +17,7 @@ with pivoted as (
         max(clean_value) filter (where metric = 'DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION') as energy_mj,
         max(clean_value) filter (where metric = 'DCGM_FI_DEV_XID_ERRORS') as xid_error,
         max(clean_value) filter (where metric = 'DCGM_FI_DEV_POWER_USAGE') as power_w,
-        count(clean_value) filter (
-            where metric in (
-                'DCGM_FI_PROF_GR_ENGINE_ACTIVE',
-                'DCGM_FI_DEV_GPU_UTIL',
-                'DCGM_FI_DEV_FB_USED',
-                'DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION',
-                'DCGM_FI_DEV_XID_ERRORS',
-                'DCGM_FI_DEV_POWER_USAGE'
-            )
-        ) as read_values
+        count(clean_value) filter (where value_read) as read_values
     from stg_dcgm_judged
     where not dropped
     group by series_key, ts_ms
