@@ -28,7 +28,7 @@ import pyarrow as pa
 
 from metering.catalog import CatalogError, resolve_device_class
 from metering.config import Config
-from metering.schema import RAW_TABLES
+from metering.schema import OPTIONAL_RAW_COLUMNS, RAW_TABLES
 from metering.tenancy import resolve_tenant
 from metering.warehouse import duckdb_paths
 
@@ -387,8 +387,18 @@ def _load_raw(con: duckdb.DuckDBPyConnection, raw: RawDay | RawFiles) -> None:
             con.execute(f"create temp table {name} as select * from {name}__arrow")
             con.unregister(f"{name}__arrow")
             continue
-        columns = ", ".join(f'"{column}"' for column in schema.names)
         files = ", ".join("'" + p.replace("'", "''") + "'" for p in paths)  # a view takes no parameters
+        stored = {
+            row[0]
+            for row in con.execute(
+                f"select name from parquet_schema([{files}])"  # noqa: S608 - quoted paths, no user SQL
+            ).fetchall()
+        }
+        optional = OPTIONAL_RAW_COLUMNS.get(name, frozenset())
+        columns = ", ".join(
+            f'"{column}"' if column in stored or column not in optional else f'null::varchar as "{column}"'
+            for column in schema.names
+        )
         try:
             con.execute(
                 f"create temp view {name} as select {columns} from read_parquet([{files}], "
@@ -445,8 +455,17 @@ def _identifier(name: str) -> str:
     return name
 
 
+def _optional_columns(schema: pa.Schema) -> frozenset[str]:
+    return next(
+        (OPTIONAL_RAW_COLUMNS.get(n, frozenset()) for n, s in RAW_TABLES.items() if s.equals(schema)), frozenset()
+    )
+
+
 def _conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
     """Select and cast the schema's columns; a missing column or an uncastable one is an error naming it."""
+    for name in schema.names:
+        if name not in table.column_names and name in _optional_columns(schema):
+            table = table.append_column(name, pa.nulls(table.num_rows, schema.field(name).type))
     missing = [f.name for f in schema if f.name not in table.column_names]
     if missing:
         raise AccountingError(f"raw table lacks column(s) {', '.join(missing)} of the raw-samples schema")

@@ -1110,7 +1110,8 @@ class _Rows:
         }
         for name, col in label_columns.items():
             columns[name] = col.take(labels)
-        return pa.table([columns[f.name] for f in schema], schema=schema)
+        # A column the simulator does not write (e.g. the kube scrape target) is null.
+        return pa.table([columns.get(f.name, pa.nulls(len(idx), f.type)) for f in schema], schema=schema)
 
 
 _DCGM_LABEL_COLUMNS = [f.name for f in RAW_DCGM_SCHEMA][4:]  # hostname ... dra_device_name

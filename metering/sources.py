@@ -17,7 +17,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from metering.accounting import RawDay, day_bounds_ms
-from metering.schema import RAW_TABLES
+from metering.schema import OPTIONAL_RAW_COLUMNS, RAW_TABLES
 
 
 class SourceError(RuntimeError):
@@ -48,7 +48,9 @@ def _read_window(path: Path, table: str, start_ms: int | None, end_ms: int | Non
             f"{path}: not a readable Parquet file ({exc}); re-create it (gpumeter simulate, or re-export "
             "the day) or remove it"
         ) from None
-    missing = [name for name in schema.names if name not in found.names]
+    optional = OPTIONAL_RAW_COLUMNS.get(table, frozenset())
+    absent = [name for name in schema.names if name in optional and name not in found.names]
+    missing = [name for name in schema.names if name not in found.names and name not in absent]
     if missing:
         raise SourceError(
             f"{path}: missing column(s) {', '.join(missing)} of the raw-samples schema ({table}); "
@@ -57,7 +59,7 @@ def _read_window(path: Path, table: str, start_ms: int | None, end_ms: int | Non
     wrong = [
         f"{f.name} is {found.field(f.name).type}, expected {f.type}"
         for f in schema
-        if not _castable(found.field(f.name).type, f.type)
+        if f.name not in absent and not _castable(found.field(f.name).type, f.type)
     ]
     if wrong:
         raise SourceError(
@@ -72,7 +74,10 @@ def _read_window(path: Path, table: str, start_ms: int | None, end_ms: int | Non
                 stats = parquet.metadata.row_group(index).column(ts_column).statistics
                 if stats is not None and stats.has_min_max and (stats.max < start_ms or stats.min >= end_ms):
                     continue  # the row group lies outside the window
-            rows = parquet.read_row_group(index, columns=schema.names)
+            rows = parquet.read_row_group(index, columns=[n for n in schema.names if n not in absent])
+            for name in absent:
+                rows = rows.append_column(name, pa.nulls(rows.num_rows, schema.field(name).type))
+            rows = rows.select(schema.names)
             if bounded:
                 ts = rows.column("ts_ms")
                 rows = rows.filter(pc.and_(pc.greater_equal(ts, start_ms), pc.less(ts, end_ms)))

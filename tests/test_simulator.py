@@ -593,7 +593,7 @@ def test_openmetrics_escapes_label_values(tmp_path):
     )  # fmt: skip
     kube = pa.table(
         {"cluster": ["c"], "ts_ms": [1_793_491_200_000], "metric": ["kube_pod_labels"], "value": [1.0],
-         "labels": [json.dumps({"namespace": "a", "pod": "p", "label_x": 'q"\\'})]},
+         "labels": [json.dumps({"namespace": "a", "pod": "p", "label_x": 'q"\\'})], "target": [None]},
         schema=RAW_KUBE_SCHEMA,
     )  # fmt: skip
     out = tmp_path / "x.om"
