@@ -8,6 +8,7 @@ import re
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal
 
+import iso4217
 import yaml
 from pydantic import (
     AfterValidator,
@@ -15,6 +16,7 @@ from pydantic import (
     ConfigDict,
     Field,
     ValidationError,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
@@ -23,19 +25,20 @@ RESERVED_BUCKETS = ("__idle__", "__unallocated__")
 IDLE = "__idle__"
 UNALLOCATED = "__unallocated__"
 
-# ISO 4217 minor units that are not 2 (R12 rounds to the currency's minor unit).
-_MINOR_UNITS = {
-    "JPY": 0,
-    "KRW": 0,
-    "ISK": 0,
-    "CLP": 0,
-    "VND": 0,
-    "BHD": 3,
-    "KWD": 3,
-    "OMR": 3,
-    "JOD": 3,
-    "TND": 3,
-}
+# R12 rounds to the currency's minor unit. The ISO 4217 list comes from the `iso4217` package, which ships
+# the maintenance agency's own published table (a hand-written table goes stale and missed XOF, IQD, ...).
+ISO_4217_PUBLISHED = iso4217.__published__
+
+
+def iso_minor_unit(code: str) -> int | None:
+    """ISO 4217 minor unit of `code`; None for a code without one (gold XAU, the test code XTS, ...).
+    KeyError for a code that is not on the list."""
+    try:
+        return iso4217.Currency(code).exponent
+    except ValueError:
+        raise KeyError(code) from None
+
+
 _LABEL_KEY = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
 _MIG_PROFILE = re.compile(r"^(\d+)g\.(\d+)gb(\+me)?$")
 
@@ -360,7 +363,7 @@ class Dashboard(_Model):
 class Config(_Model):
     pool: str = Field("gpu-pool", description="Name of the pool on invoices.")
     currency: str = Field("USD", pattern=r"^[A-Z]{3}$")
-    currency_minor_unit: int | None = Field(None, ge=0, le=4)
+    currency_minor_unit: int | None = Field(None, ge=0, le=4, validate_default=True)
     scrape_interval_seconds: int = Field(
         30, gt=0, le=3600, description="Δ: the time one raw sample stands for (R1)."
     )
@@ -384,6 +387,30 @@ class Config(_Model):
     stranded: Stranded = Field(default_factory=Stranded)
     checks: Checks = Field(default_factory=Checks)
     dashboard: Dashboard = Field(default_factory=Dashboard)
+
+    @field_validator("currency")
+    @classmethod
+    def _iso_4217_code(cls, value: str) -> str:
+        try:
+            iso_minor_unit(value)
+        except KeyError:
+            raise ValueError(
+                f"{value!r} is not an ISO 4217 currency code (list of {ISO_4217_PUBLISHED}); "
+                "write the three-letter code, e.g. USD, EUR, JPY"
+            ) from None
+        return value
+
+    @field_validator("currency_minor_unit")
+    @classmethod
+    def _minor_unit_known(cls, value: int | None, info: ValidationInfo) -> int | None:
+        # Money is rounded once per invoice line to this many decimals (R12): it must be known.
+        currency = info.data.get("currency")  # absent when the currency itself is invalid
+        if value is None and currency is not None and iso_minor_unit(currency) is None:
+            raise ValueError(
+                f"currency {currency} has no ISO 4217 minor unit; set currency_minor_unit "
+                "to the decimals amounts are rounded to (0..4)"
+            )
+        return value
 
     @model_validator(mode="after")
     def _dashboard_tenants_exist(self) -> Config:
@@ -432,9 +459,12 @@ class Config(_Model):
 
     @property
     def minor_unit(self) -> int:
+        """Decimals money is rounded to (R12): the override, else the currency's ISO 4217 minor unit."""
         if self.currency_minor_unit is not None:
             return self.currency_minor_unit
-        return _MINOR_UNITS.get(self.currency, 2)
+        unit = iso_minor_unit(self.currency)
+        assert unit is not None  # a currency without one needs the override (validated)
+        return unit
 
     def cluster(self, name: str) -> Cluster:
         for cluster in self.clusters:
