@@ -112,8 +112,9 @@ PYTHON_MODELS: dict[str, tuple[str, tuple[str, ...], str]] = {
     ),
     "int_holder_tenants": (
         "intermediate",
-        ("int_device_holders", "stg_kube_pod_labels"),
-        "The tenant of every holder (R7): pod label rules, then vCluster, then namespace.",
+        ("int_device_holders", "int_pod_label_periods"),
+        "The tenant of every holder (R7) for each period of its pod labels (R1a: a pod relabelled at noon is "
+        "the new tenant's from noon): pod label rules, then vCluster, then namespace.",
     ),
 }
 
@@ -207,26 +208,41 @@ def _device_classes(con: duckdb.DuckDBPyConnection, config: Config) -> pa.Table:
 
 
 def _holder_tenants(con: duckdb.DuckDBPyConnection, config: Config) -> pa.Table:
+    """One row per holder and period of its labels (null bounds: open-ended); a pod with no label series has
+    one row for all time."""
     holders = con.sql(
-        "select distinct h.namespace, h.pod, l.labels_json from int_device_holders as h "
-        "left join stg_kube_pod_labels as l on l.namespace = h.namespace and l.pod = h.pod order by all"
+        "select h.namespace, h.pod, l.labels_json, l.from_ms, l.until_ms "
+        "from (select distinct namespace, pod from int_device_holders) as h "
+        "left join int_pod_label_periods as l on l.namespace = h.namespace and l.pod = h.pod order by all"
     ).fetchall()
-    rows: dict[str, list[str | None]] = {
+    rows: dict[str, list[object]] = {
         "namespace": [],
         "pod": [],
+        "from_ms": [],
+        "until_ms": [],
         "tenant": [],
         "cost_center": [],
         "tenant_rule": [],
     }
-    for namespace, pod, labels_json in holders:
+    for namespace, pod, labels_json, from_ms, until_ms in holders:
         labels = {k: str(v) for k, v in json.loads(labels_json).items()} if labels_json else {}
         match = resolve_tenant(config, namespace, labels)
-        rows["namespace"].append(namespace)
-        rows["pod"].append(pod)
-        rows["tenant"].append(match.tenant)
-        rows["cost_center"].append(match.cost_center)
-        rows["tenant_rule"].append(match.rule)
-    return pa.table(rows, schema=pa.schema([(k, pa.string()) for k in rows]))
+        for column, value in zip(
+            rows, (namespace, pod, from_ms, until_ms, match.tenant, match.cost_center, match.rule), strict=True
+        ):
+            rows[column].append(value)
+    schema = pa.schema(
+        [
+            ("namespace", pa.string()),
+            ("pod", pa.string()),
+            ("from_ms", pa.int64()),
+            ("until_ms", pa.int64()),
+            ("tenant", pa.string()),
+            ("cost_center", pa.string()),
+            ("tenant_rule", pa.string()),
+        ]
+    )
+    return pa.table(rows, schema=schema)
 
 
 PYTHON_MODEL_FUNCTIONS: dict[str, Callable[[duckdb.DuckDBPyConnection, Config], pa.Table]] = {
@@ -360,10 +376,25 @@ def meter_day(
 
 
 def _last_use(models: Sequence[Model]) -> dict[str, list[str]]:
-    """{model: the models whose last reader it is}: after it runs, they can be dropped."""
+    """{model: the models whose last reader it is}: after it runs, they can be dropped. A view (an ephemeral
+    model) reads its own dependencies whenever it is read, so they live as long as its readers."""
+    by_name = {m.name: m for m in models}
+
+    def reads(model: Model) -> set[str]:
+        found: set[str] = set()
+        pending = list(model.deps)
+        while pending:
+            dep = pending.pop()
+            if dep in found:
+                continue
+            found.add(dep)
+            if dep in by_name and by_name[dep].ephemeral:
+                pending.extend(by_name[dep].deps)
+        return found
+
     last: dict[str, str] = {}
     for model in models:
-        for dep in model.deps:
+        for dep in reads(model):
             if dep not in RAW_TABLES:
                 last[dep] = model.name
     by_reader: dict[str, list[str]] = {}

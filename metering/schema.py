@@ -48,7 +48,8 @@ RAW_KUBE_SCHEMA = pa.schema(
         ("labels", pa.string()),  # JSON object, e.g. {"namespace": "a", "pod": "p", "phase": "Running"}
         # The scrape target the sample came from, `<job>/<instance>` (Prometheus' target labels): a series has
         # ended at the first later scrape of its target that does not show it (R1a). Null where the source
-        # does not know it: the target is then the exporter the metric comes from (KUBE_METRIC_TARGETS).
+        # does not know it: the target is then the exporter the metric comes from, named by the metric's
+        # namespace (its name up to the first `_`: kube, kueue, node for OpenCost's node_gpu_hourly_cost).
         ("target", pa.string()),
     ]
 )
@@ -114,14 +115,6 @@ DCGM_METRICS = (
     DCGM_FB_USED,
     DCGM_ENERGY,
     DCGM_XID,
-)
-
-# The scrape target of a kube sample whose source does not name one (`target` is null): the exporter its
-# metric comes from, by metric name prefix (TELEMETRY.md: jobs kube-state-metrics, opencost; Kueue's own).
-KUBE_METRIC_TARGETS: tuple[tuple[str, str], ...] = (
-    ("kube_", "kube-state-metrics"),
-    ("kueue_", "kueue"),
-    ("node_gpu_", "opencost"),
 )
 
 # kube-state-metrics and OpenCost series the accounting reads.

@@ -158,8 +158,9 @@ def test_the_simulated_kai_gpu_is_billed_to_its_running_fractional_pods(tmp_path
     start, end = (
         datetime(day.year, day.month, day.day, tzinfo=UTC).timestamp() * 1000 + k * 86_400_000 for k in (0, 1)
     )
-    # Rows of the day and its lookback, as the models read them; a pod is Running at a sample by its latest
-    # phase sample at most kube_lookback_seconds (300 s, one sample here) old (R5).
+    # Rows of the day and its lookback, as the models read them; a pod is Running at a sample by the latest
+    # scrape of kube-state-metrics at or before it (at most kube_lookback_seconds, 300 s, old): a pod that
+    # scrape does not show has ended (R5, R1a).
     kube = raw.kube.to_pylist()
     labels = [json.loads(r["labels"]) for r in kube]
     group = {
@@ -178,9 +179,11 @@ def test_the_simulated_kai_gpu_is_billed_to_its_running_fractional_pods(tmp_path
             key = (lab["pod"], r["ts_ms"])
             phase[key] = phase.get(key, False) or (lab["phase"] == "Running" and r["value"] == 1)
 
+    scrapes = sorted({r["ts_ms"] for r in kube if r["metric"].startswith("kube_")})
+
     def is_running(pod: str, ts: int) -> bool:
-        latest = phase.get((pod, ts), phase.get((pod, ts - 300_000)))
-        return bool(latest)
+        latest = max((s for s in scrapes if s <= ts), default=None)
+        return latest is not None and ts - latest <= 300_000 and phase.get((pod, latest), False)
 
     reservation = next(pod for pod in group if pod.startswith("gpu-reservation-"))
     want: dict[str, Decimal] = defaultdict(Decimal)

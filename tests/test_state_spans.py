@@ -3,7 +3,9 @@
 `int_node_unschedulable_spans` and `int_node_gpu_price_spans` turn per-node samples into disjoint spans, so that
 a device sample finds its node's state with a range join instead of an ASOF join (bench/README.md). The rule
 they must keep: a device sample at time t takes the node's latest sample at or before t, if that sample is at
-most kube_lookback_seconds old (R4's staleness bound); else no state (schedulable; no price). Checked here
+most kube_lookback_seconds old; else no state (schedulable; no price). Node states also end at the first
+later scrape of kube-state-metrics that does not show the node (R1a staleness); a price holds until the next
+price (an OpenCost restart does not make a GPU free). Checked here
 against that rule written out in Python, over random sample sequences: gaps longer than the lookback,
 flapping states, price changes and repeats, several nodes.
 """
@@ -34,6 +36,24 @@ def _latest(samples: list[tuple[str, int, object]], node: str, ts_ms: int) -> ob
         return None
     t, value = max(before, key=lambda tv: tv[0])
     return value if ts_ms - t <= LOOKBACK_MS else None
+
+
+def _current(samples: list[tuple[str, int, object]], node: str, ts_ms: int) -> object | None:
+    """The staleness rule (R1a): the node's latest sample at or before ts_ms, unless a later scrape of the
+    exporter (any node's sample time: one target) at or before ts_ms does not show the node, and at most the
+    lookback old."""
+    scrapes = {t for _, t, _ in samples if t <= ts_ms}
+    if not scrapes:
+        return None
+    latest = max(scrapes)
+    shown = [v for n, t, v in samples if n == node and t == latest]
+    return shown[0] if shown and ts_ms - latest <= LOOKBACK_MS else None
+
+
+def _until(samples: list[tuple[str, int, object]], ts_ms: int) -> int:
+    """Until when a sample at ts_ms holds (exclusive): the exporter's next scrape, at most the lookback."""
+    later = [t for _, t, _ in samples if t > ts_ms]
+    return min([*later, ts_ms + LOOKBACK_MS + 1])
 
 
 def _session() -> duckdb.DuckDBPyConnection:
@@ -75,16 +95,18 @@ def test_unschedulable_spans_equal_the_latest_fresh_node_state_r11(data: st.Data
             rows.append((node, ts, cordoned, False, free_cpu, 1e12))
             # A state's unknown input (null) counts as schedulable unless another input says otherwise.
             samples.append((node, ts, cordoned or (free_cpu is not None and free_cpu < 1.0)))
+    # Both nodes come from one kube-state-metrics: its scrape times are every node's sample times.
+    rows = [(*row, _until(samples, row[1])) for row in rows]
     con = _session()
     con.execute(
         "create table stg_kube_node_states (node varchar, ts_ms bigint, cordoned boolean, not_ready boolean, "
-        "free_cpu_cores double, free_memory_bytes double)"
+        "free_cpu_cores double, free_memory_bytes double, until_ms bigint)"
     )
-    con.executemany("insert into stg_kube_node_states values (?, ?, ?, ?, ?, ?)", rows)
+    con.executemany("insert into stg_kube_node_states values (?, ?, ?, ?, ?, ?, ?)", rows)
     probes = [(node, ts) for node in NODES for ts in data.draw(probe_times)]
     found = _lookup(con, "int_node_unschedulable_spans", "node", probes)
     for node, ts in probes:
-        assert (found[(node, ts)] is not None) == bool(_latest(samples, node, ts)), (node, ts)
+        assert (found[(node, ts)] is not None) == bool(_current(samples, node, ts)), (node, ts)
 
 
 @SETTINGS

@@ -10,7 +10,7 @@ with series_holders as (
 kai_groups as (
     -- KAI Scheduler: fractional pods and the reservation pod that holds their GPU share the label
     -- `runai-gpu-group`; reservation pods live in namespace kai-resource-reservation.
-    select
+    select distinct
         namespace,
         pod,
         labels_json ->> 'label_runai_gpu_group' as gpu_group,
@@ -26,13 +26,12 @@ kai_candidates as (
 ),
 kai_members as (
     -- R5/R6 KAI: a sample held by a reservation pod is held by the pods of its GPU group that are Running
-    -- then (latest pod sample, at most kube_lookback_seconds old). With none Running, the reservation pod
-    -- itself stays the holder (docs/accounting.md R6).
+    -- then (int_pod_running_spans). With none Running, the reservation pod itself stays the holder
+    -- (docs/accounting.md R6).
     select distinct c.ts_ms, c.device_id, c.reservation_namespace, c.reservation_pod, c.namespace, c.pod
     from kai_candidates as c
-    asof join stg_kube_pod_phases as p
-        on p.namespace = c.namespace and p.pod = c.pod and c.ts_ms >= p.ts_ms
-    where p.running and c.ts_ms - p.ts_ms <= getvariable('lookback_ms')
+    join int_pod_running_spans as p
+        on p.namespace = c.namespace and p.pod = c.pod and c.ts_ms >= p.from_ms and c.ts_ms < p.until_ms
 ),
 labelled_holders as (
     select h.ts_ms, h.device_id, h.namespace, h.pod, h.container, 'labels' as holder_source
@@ -52,18 +51,22 @@ unlabelled_samples as (
     anti join labelled_holders as l on l.device_id = d.device_id and l.ts_ms = d.ts_ms
 ),
 claim_candidates as (
-    select u.ts_ms, u.device_id, a.claim_namespace as namespace, a.reserved_pod as pod
+    select u.ts_ms, u.device_id, a.claim_namespace as namespace, a.reserved_pod as pod, a.reserved_pod_uid as pod_uid
     from unlabelled_samples as u
     join int_dra_device_map as m on m.device_id = u.device_id
     join stg_dra_allocations as a on a.driver = m.driver and a.pool = m.pool and a.device = m.device
 ),
 claim_holders as (
-    -- A claim holds its device only while its pod is Running (R5), by the latest pod sample.
+    -- A claim holds its device only while its pod is Running (R5): the pod of the claim's reservedFor uid,
+    -- or, where the claim names no uid, any pod of that name.
     select distinct c.ts_ms, c.device_id, c.namespace, c.pod, null::varchar as container, 'dra' as holder_source
     from claim_candidates as c
-    asof join stg_kube_pod_phases as p
-        on p.namespace = c.namespace and p.pod = c.pod and c.ts_ms >= p.ts_ms
-    where p.running and c.ts_ms - p.ts_ms <= getvariable('lookback_ms')
+    join int_pod_running_spans as p
+        on p.namespace = c.namespace
+        and p.pod = c.pod
+        and (c.pod_uid is null or p.pod_uid = c.pod_uid)
+        and c.ts_ms >= p.from_ms
+        and c.ts_ms < p.until_ms
 ),
 holders as (
     select * from labelled_holders

@@ -1,5 +1,7 @@
 -- One row per billable device sample (R1, R3): a whole GPU, or one MIG instance. vgpu copies of one
--- device collapse into one row (R6); a MIG GPU's GPU-level series are not a device.
+-- device collapse into one row (R6), and copies whose utilization disagrees are flagged for data_quality;
+-- at a sample where the GPU is MIG-partitioned its GPU-level series are not a device, and at a sample where
+-- it is whole no instance is (int_gpu_samples.is_mig, per sample).
 with device_samples as (
     select
         d.cluster,
@@ -11,13 +13,14 @@ with device_samples as (
         min(d.mig_profile) as mig_profile,
         max(s.gr_engine_active) as gr_engine_active,
         max(s.gpu_util_pct) as gpu_util_pct,
-        max(s.fb_used_mib) as fb_used_mib
+        max(s.fb_used_mib) as fb_used_mib,
+        -- vgpu copies of one device carry the whole device's value: where they disagree the largest stands
+        -- (order-free, R1) and the sample is reported (data_quality.conflicting_copy_samples).
+        min(s.gr_engine_active) <> max(s.gr_engine_active) or min(s.gpu_util_pct) <> max(s.gpu_util_pct)
+            as copies_disagree
     from stg_dcgm_samples as s
     join stg_dcgm_series as d on d.series_key = s.series_key
-    -- is_mig is one value per GPU for the day: looked up per GPU, not joined per sample (the per-sample
-    -- join with int_gpu_samples below already keeps only observed GPU samples).
-    join (select distinct uuid, is_mig from int_gpu_samples) as m on m.uuid = d.uuid
-    where s.in_day and m.is_mig = (d.gpu_i_id is not null)
+    where s.in_day
     group by d.cluster, s.ts_ms, d.device_id, d.uuid, d.gpu_i_id
 )
 select
@@ -39,12 +42,15 @@ select
     coalesce(c.device_price_per_hour, c.weight * g.gpu_price_per_hour) as device_price_per_hour,
     -- R10: GR_ENGINE_ACTIVE where present, else GPU_UTIL / 100; clamped to [0, 1].
     least(greatest(coalesce(d.gr_engine_active, d.gpu_util_pct / 100.0), 0.0), 1.0) as busy,
-    d.fb_used_mib,
+    -- R10: a MIG instance that reports no frame buffer of its own takes its GPU's, apportioned by weight.
+    coalesce(d.fb_used_mib, case when d.gpu_i_id is not null then g.gpu_fb_used_mib * c.weight end) as fb_used_mib,
+    coalesce(d.copies_disagree, false) as copies_disagree,
     g.unhealthy,
     g.energy_joules * c.weight as energy_joules,
     u.node is not null as unschedulable
 from device_samples as d
-join int_gpu_samples as g on g.uuid = d.uuid and g.ts_ms = d.ts_ms
+-- The GPU's mode at this sample decides what its devices are (R3).
+join int_gpu_samples as g on g.uuid = d.uuid and g.ts_ms = d.ts_ms and g.is_mig = (d.gpu_i_id is not null)
 join int_device_classes as c
     on c.model_name = d.model_name and c.mig_profile is not distinct from d.mig_profile
 -- R11: spans are disjoint per node, so a device sample meets at most one.

@@ -1,13 +1,13 @@
 -- One row per observed GPU sample (R4): a GPU is observed at a sample time when any series of it, the
--- device itself or any MIG instance, has a sample then. Carries the GPU's health and energy (R10, R11).
-with gpu_modes as (
-    -- A GPU is MIG-partitioned for the day when any of its series carries a GPU instance id.
-    select uuid, bool_or(gpu_i_id is not null) as is_mig
-    from stg_dcgm_series
-    where seen_in_day
-    group by uuid
-),
-gpu_samples as (
+-- device itself or any MIG instance, has a sample then. Carries the GPU's mode at that sample (R3), its
+-- health and energy (R10, R11), and its own frame-buffer reading, which MIG instances that report none are
+-- apportioned.
+-- Mode: a sample is MIG-partitioned when a series of the GPU then carries a GPU instance id, or when an
+-- earlier sample of the same observed run did (a MIG GPU whose instances are gone is still in MIG mode: its
+-- remainder is mig_unpartitioned). Switching MIG off needs a GPU reset, during which the exporter shows no
+-- series of the GPU: a gap of more than two scrapes ends a run, and the GPU is whole again after it until an
+-- instance shows. So a GPU whole in the morning and partitioned in the afternoon has each mode for its samples.
+with gpu_readings as (
     select
         d.cluster,
         s.ts_ms,
@@ -15,14 +15,29 @@ gpu_samples as (
         min(d.node) as node,
         d.uuid,
         min(d.model_name) as model_name,
-        m.is_mig,
+        bool_or(d.gpu_i_id is not null) as shows_instances,
         coalesce(max(s.xid_error), 0) <> 0 as unhealthy,
         -- Energy is a GPU-level counter: vgpu copies repeat it, MIG instances may lack it.
-        max(s.energy_mj) filter (where d.gpu_i_id is null) as energy_mj
+        max(s.energy_mj) filter (where d.gpu_i_id is null) as energy_mj,
+        max(s.fb_used_mib) filter (where d.gpu_i_id is null) as gpu_fb_used_mib
     from stg_dcgm_samples as s
     join stg_dcgm_series as d on d.series_key = s.series_key
-    join gpu_modes as m on m.uuid = d.uuid
-    group by d.cluster, s.ts_ms, s.in_day, d.uuid, m.is_mig
+    group by d.cluster, s.ts_ms, s.in_day, d.uuid
+),
+runs as (
+    select
+        *,
+        sum(case when ts_ms - prev_ts_ms <= 2 * getvariable('scrape_s') * 1000 then 0 else 1 end)
+            over (partition by uuid order by ts_ms) as observed_run
+    from (select *, lag(ts_ms) over (partition by uuid order by ts_ms) as prev_ts_ms from gpu_readings)
+),
+gpu_samples as (
+    select
+        * exclude (shows_instances, prev_ts_ms, observed_run),
+        bool_or(shows_instances) over (
+            partition by uuid, observed_run order by ts_ms rows between unbounded preceding and current row
+        ) as is_mig
+    from runs
 ),
 energy_deltas as (
     select
@@ -52,6 +67,7 @@ select
     is_mig,
     unhealthy,
     gpu_price_per_hour,
+    gpu_fb_used_mib,
     -- A counter that went down was reset (driver reload): the new value is what accrued since (R10).
     case
         when energy_mj is null then 0

@@ -1,7 +1,8 @@
 -- One row per span of time in which a node is unschedulable (R11): cordoned, NotReady, or short of the CPU
--- or memory a GPU pod needs. A node sample speaks for the time from its timestamp until the node's next
--- sample, and for at most kube_lookback_seconds (the staleness rule of R4); consecutive unschedulable
--- samples merge into one span.
+-- or memory a GPU pod needs. A node sample speaks for the time from its timestamp until the next scrape of
+-- kube-state-metrics (R1a: that scrape shows the node again, or the node is gone), and for at most
+-- kube_lookback_seconds when the exporter stopped being scraped; consecutive unschedulable samples merge
+-- into one span.
 -- Why spans and not a lookup per device sample: devices take the state of their node at each sample; an
 -- ASOF join of every device sample against every node sample was 40 % of int_device_samples
 -- (bench/README.md), while a node is unschedulable in few, long spans.
@@ -9,10 +10,7 @@ with flagged as (
     select
         node,
         ts_ms,
-        least(
-            lead(ts_ms) over (partition by node order by ts_ms),
-            ts_ms + getvariable('lookback_ms') + 1
-        ) as until_ms,
+        until_ms,
         coalesce(
             cordoned
             or not_ready

@@ -8,29 +8,23 @@ with observed as (
     from int_gpu_samples
     group by all
 ),
-node_samples as (
-    select
-        *,
-        lead(ts_ms) over (partition by node order by ts_ms) as next_ts_ms
-    from stg_kube_node_states
-    where expected_gpus is not null
-),
 expected as (
-    -- Each kube-state-metrics sample stands until the next one (at most the lookback, never past
-    -- midnight), so the figure does not assume kube-state-metrics is scraped every Δ.
+    -- Each kube-state-metrics sample stands until the exporter's next scrape (R1a: a node gone from it stops
+    -- counting there; Δ after the exporter's last scrape; at most the lookback, never past midnight), so the
+    -- figure does not assume kube-state-metrics is scraped every Δ.
     select
         cluster,
         node,
         sum(
             expected_gpus * least(
-                coalesce(next_ts_ms - ts_ms, getvariable('scrape_s') * 1000),
+                coalesce(next_scrape_ms - ts_ms, getvariable('scrape_s') * 1000),
                 getvariable('lookback_ms'),
                 getvariable('day_end_ms') - ts_ms
             )
         ) / 1000.0 as expected_gpu_seconds,
         max(expected_gpus) as expected_gpus
-    from node_samples
-    where in_day
+    from stg_kube_node_states
+    where in_day and expected_gpus is not null
     group by all
 ),
 share_sums as (
@@ -43,6 +37,13 @@ overbooked_holders as (
            count(*) filter (where s.share_sum > 1 + 1e-9) as overbooked_device_samples
     from share_sums as s
     join int_device_samples as d on d.device_id = s.device_id and d.ts_ms = s.ts_ms
+    group by all
+),
+conflicting_copies as (
+    -- vgpu copies of one device sample whose utilization disagrees (int_device_samples keeps the largest).
+    select node, count(*) as conflicting_copy_samples
+    from int_device_samples
+    where copies_disagree
     group by all
 ),
 mig_weights as (
@@ -141,6 +142,7 @@ select
     coalesce(qs.gpu_seconds, 0) as quarantined_gpu_seconds,
     coalesce(qs.dropped_gpu_seconds, 0) as dropped_gpu_seconds,
     coalesce(qn.duplicate_samples, 0) as duplicate_samples,
+    coalesce(cc.conflicting_copy_samples, 0) as conflicting_copy_samples,
     coalesce(qn.quarantine_by_reason, '{}') as quarantine_by_reason
 from nodes as n
 left join observed as o on o.node is not distinct from n.node
@@ -150,3 +152,4 @@ left join overbooked_mig as m on m.node is not distinct from n.node
 left join unmapped as u on u.node is not distinct from n.node
 left join quarantine_nodes as qn on qn.node is not distinct from n.node
 left join quarantine_seconds as qs on qs.node is not distinct from n.node
+left join conflicting_copies as cc on cc.node is not distinct from n.node

@@ -40,5 +40,10 @@ select
     max(d.busy) as peak_busy
 from int_device_holders as h
 join int_device_samples as d on d.device_id = h.device_id and d.ts_ms = h.ts_ms
-join int_holder_tenants as t on t.namespace = h.namespace and t.pod = h.pod
+-- R7: the tenant of the pod's labels at the sample (periods of one pod tile all time, null = open-ended).
+join int_holder_tenants as t
+    on t.namespace = h.namespace
+    and t.pod = h.pod
+    and (t.from_ms is null or h.ts_ms >= t.from_ms)
+    and (t.until_ms is null or h.ts_ms < t.until_ms)
 group by all

@@ -1,37 +1,43 @@
--- Grain: day × GPU × MIG instance (and one `unpartitioned` row per MIG GPU). Compute slice-seconds
--- (slices of 7) held, busy and free per instance, and those no instance covers. Decimal sums: the
--- result must not depend on row order (R1).
-with instances as (
-    select
-        cluster,
-        node,
-        uuid,
-        gpu_i_id,
-        min(gpu_model) as gpu_model,
-        min(mig_profile) as mig_profile,
-        min(compute_slices) as compute_slices,
-        count(*) * getvariable('scrape_s') as observed_seconds,
-        sum(cast(compute_slices * getvariable('scrape_s') as decimal(38, 12))) filter (where is_held)
-            as held_slice_seconds,
-        sum(cast(compute_slices * getvariable('scrape_s') * coalesce(busy, 0) as decimal(38, 12)))
-            as busy_slice_seconds,
-        sum(cast(compute_slices * getvariable('scrape_s') as decimal(38, 12))) filter (where not is_held)
-            as free_slice_seconds
+-- Grain: day × GPU × MIG layout × MIG instance (and one `unpartitioned` row per MIG GPU and layout). Compute
+-- slice-seconds (slices of 7) held, busy and free per instance, and those no instance covers. A GPU that is
+-- re-partitioned during the day (R3: its mode is per sample) shows each layout for the samples it had:
+-- `layout` names it by its instances' profiles, e.g. `2g.20gb+2g.20gb+3g.40gb`. Decimal sums: the result must
+-- not depend on row order (R1).
+with layouts as (
+    select uuid, ts_ms, string_agg(mig_profile, '+' order by mig_profile) as layout, sum(compute_slices) as slices
     from int_device_categories
     where gpu_i_id is not null
-    group by cluster, node, uuid, gpu_i_id
+    group by uuid, ts_ms
 ),
-instance_slices as (
-    select uuid, ts_ms, sum(compute_slices) as slices
-    from int_device_categories
-    where gpu_i_id is not null
-    group by all
+instances as (
+    select
+        c.cluster,
+        c.node,
+        c.uuid,
+        l.layout,
+        c.gpu_i_id,
+        min(c.gpu_model) as gpu_model,
+        c.mig_profile,
+        min(c.compute_slices) as compute_slices,
+        count(*) * getvariable('scrape_s') as observed_seconds,
+        sum(cast(c.compute_slices * getvariable('scrape_s') as decimal(38, 12))) filter (where c.is_held)
+            as held_slice_seconds,
+        sum(cast(c.compute_slices * getvariable('scrape_s') * coalesce(c.busy, 0) as decimal(38, 12)))
+            as busy_slice_seconds,
+        sum(cast(c.compute_slices * getvariable('scrape_s') as decimal(38, 12))) filter (where not c.is_held)
+            as free_slice_seconds
+    from int_device_categories as c
+    join layouts as l on l.uuid = c.uuid and l.ts_ms = c.ts_ms
+    where c.gpu_i_id is not null
+    group by c.cluster, c.node, c.uuid, l.layout, c.gpu_i_id, c.mig_profile
 ),
 unpartitioned as (
     select
         g.cluster,
         g.node,
         g.uuid,
+        -- A MIG sample whose instances were all set aside (stg_dcgm_quarantine) has no layout to name.
+        coalesce(s.layout, '') as layout,
         null::varchar as gpu_i_id,
         min(c.gpu_model) as gpu_model,
         'unpartitioned' as mig_profile,
@@ -44,12 +50,12 @@ unpartitioned as (
             as unpartitioned_slice_seconds
     from int_gpu_samples as g
     join int_device_classes as c on c.model_name = g.model_name and c.mig_profile is null
-    left join instance_slices as s on s.uuid = g.uuid and s.ts_ms = g.ts_ms
+    left join layouts as s on s.uuid = g.uuid and s.ts_ms = g.ts_ms
     where g.is_mig
-    group by g.cluster, g.node, g.uuid
+    group by g.cluster, g.node, g.uuid, coalesce(s.layout, '')
 )
 select
-    cluster, getvariable('day')::date as day, node, uuid, gpu_i_id, gpu_model, mig_profile, compute_slices,
+    cluster, getvariable('day')::date as day, node, uuid, layout, gpu_i_id, gpu_model, mig_profile, compute_slices,
     observed_seconds,
     coalesce(held_slice_seconds, 0) as held_slice_seconds,
     coalesce(busy_slice_seconds, 0) as busy_slice_seconds,

@@ -6,7 +6,8 @@ select distinct
     driver,
     pool,
     device,
-    reserved_pod
+    reserved_pod,
+    reserved_pod_uid
 from raw_dra_allocations
 where cluster = getvariable('cluster')
   and reserved_pod is not null

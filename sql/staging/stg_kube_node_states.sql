@@ -1,9 +1,12 @@
--- One row per node sample of kube-state-metrics: schedulability inputs for R11 and GPU capacity for R4.
--- Labels are parsed once per row into a list (one JSON parse, not one per label: bench/README.md).
+-- One row per node sample of kube-state-metrics: schedulability inputs for R11 and GPU capacity for R4, and
+-- until when the sample holds (R1a: the next scrape of kube-state-metrics, which shows the node again or
+-- not at all). Labels are parsed once per row into a list (one JSON parse, not one per label).
 with node_series as (
     select
         cluster,
         ts_ms,
+        until_ms,
+        next_scrape_ms,
         label[1] as node,
         metric,
         label[2] as resource,
@@ -16,15 +19,12 @@ with node_series as (
             *,
             json_extract_string(labels, ['node', 'resource', 'condition', 'status', 'label_nvidia_com_gpu_count'])
                 as label
-        from raw_kube_samples
+        from stg_kube_samples
     )
-    where cluster = getvariable('cluster')
-      and metric in (
-          'kube_node_spec_unschedulable', 'kube_node_status_condition', 'kube_node_status_capacity',
-          'kube_node_status_allocatable', 'kube_node_labels'
-      )
-      and ts_ms >= getvariable('window_start_ms')
-      and ts_ms < getvariable('day_end_ms')
+    where metric in (
+        'kube_node_spec_unschedulable', 'kube_node_status_condition', 'kube_node_status_capacity',
+        'kube_node_status_allocatable', 'kube_node_labels'
+    )
 ),
 pod_requests as (
     select
@@ -32,11 +32,8 @@ pod_requests as (
         label[1] as node,
         sum(value) filter (where label[2] = 'cpu') as requested_cpu_cores,
         sum(value) filter (where label[2] = 'memory') as requested_memory_bytes
-    from (select *, json_extract_string(labels, ['node', 'resource']) as label from raw_kube_samples)
-    where cluster = getvariable('cluster')
-      and metric = 'kube_pod_container_resource_requests'
-      and ts_ms >= getvariable('window_start_ms')
-      and ts_ms < getvariable('day_end_ms')
+    from (select *, json_extract_string(labels, ['node', 'resource']) as label from stg_kube_samples)
+    where metric = 'kube_pod_container_resource_requests'
     group by all
 ),
 node_states as (
@@ -44,6 +41,8 @@ node_states as (
         cluster,
         ts_ms,
         node,
+        max(until_ms) as until_ms,
+        max(next_scrape_ms) as next_scrape_ms,
         bool_or(metric = 'kube_node_spec_unschedulable' and value = 1) as cordoned,
         -- NotReady: the Ready condition's "true" series is 0 (status false or unknown).
         bool_or(metric = 'kube_node_status_condition' and condition = 'Ready' and status = 'true' and value = 0)
@@ -61,6 +60,8 @@ node_states as (
 select
     n.cluster,
     n.ts_ms,
+    n.until_ms,
+    n.next_scrape_ms,
     n.ts_ms >= getvariable('day_start_ms') as in_day,
     n.node,
     n.cordoned,
