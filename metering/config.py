@@ -25,6 +25,16 @@ RESERVED_BUCKETS = ("__idle__", "__unallocated__")
 IDLE = "__idle__"
 UNALLOCATED = "__unallocated__"
 
+
+def tenant_slug(name: str) -> str:
+    """How a tenant name reads on invoices (the readable part of its invoice id): capitals, every run of
+    other characters one `-`. `team-a`, `team.a` and `TEAM_A` all read TEAM-A; `__idle__` reads IDLE."""
+    return re.sub(r"[^A-Za-z0-9]+", "-", name).strip("-").upper()
+
+
+# A tenant whose name reads like a bucket's would be taken for it on an invoice (`idle` for __idle__).
+_BUCKET_SLUGS = {tenant_slug(bucket): bucket for bucket in RESERVED_BUCKETS}
+
 # R12 rounds to the currency's minor unit. The ISO 4217 list comes from the `iso4217` package, which ships
 # the maintenance agency's own published table (a hand-written table goes stale and missed XOF, IQD, ...).
 ISO_4217_PUBLISHED = iso4217.__published__
@@ -247,6 +257,13 @@ class Tenant(_Model):
         # Before the name pattern, so that `__idle__` is told it is reserved, not that it is misspelt.
         if value in RESERVED_BUCKETS:
             raise ValueError(f"tenant name {value!r} is reserved for the bucket of that name (R7, R9)")
+        if isinstance(value, str) and tenant_slug(value) in _BUCKET_SLUGS:
+            bucket = _BUCKET_SLUGS[tenant_slug(value)]
+            what = "idle pool capacity" if bucket == IDLE else "GPU time no tenant claims"
+            raise ValueError(
+                f"tenant name {value!r} reads as the reserved bucket {bucket} ({what}, invoiced to nobody) "
+                "on invoices; choose another name"
+            )
         return value
 
 
@@ -446,12 +463,16 @@ class Config(_Model):
     @model_validator(mode="after")
     def _unique_names(self) -> Config:
         seen: set[str] = set()
+        slugs: dict[str, str] = {}
         for tenant in self.tenants:
             if tenant.name in RESERVED_BUCKETS:
                 raise ValueError(f"tenant name {tenant.name!r} is reserved")
             if tenant.name in seen:
                 raise ValueError(f"tenant {tenant.name!r} is defined twice")
             seen.add(tenant.name)
+            other = slugs.setdefault(tenant_slug(tenant.name), tenant.name)
+            if other != tenant.name:
+                raise ValueError(_slug_clash(tenant.name, other))
         clusters = [c.name for c in self.clusters]
         if len(set(clusters)) != len(clusters):
             raise ValueError("cluster names must be unique")
@@ -514,15 +535,25 @@ def _line_numbers(text: str) -> dict[str, int]:
     return lines
 
 
+def _slug_clash(name: str, other: str, where: str = "") -> str:
+    return (
+        f"tenant {name!r} reads as {tenant_slug(name)} on invoices, like tenant {other!r}{where}: names that "
+        "differ only in case or punctuation would be taken for one another (and their invoice files are "
+        "one file on a case-insensitive disk); rename one"
+    )
+
+
 def _name_problems(raw: dict[str, Any]) -> list[tuple[tuple[Any, ...], str]]:
-    """Duplicate tenant and cluster names, with the place of each repeat. Found on the raw data so that they
-    are reported together with every other problem (pydantic runs Config's own check only on valid fields)."""
+    """Duplicate tenant and cluster names, and tenant names that read alike on invoices (R14), with the place
+    of each repeat. Found on the raw data so that they are reported together with every other problem
+    (pydantic runs Config's own check only on valid fields)."""
     problems: list[tuple[tuple[Any, ...], str]] = []
     for section, what in (("tenants", "tenant"), ("clusters", "cluster")):
         items = raw.get(section)
         if not isinstance(items, list):
             continue
         first: dict[str, int] = {}
+        by_slug: dict[str, int] = {}
         for index, item in enumerate(items):
             name = item.get("name") if isinstance(item, dict) else None
             if not isinstance(name, str):
@@ -534,8 +565,17 @@ def _name_problems(raw: dict[str, Any]) -> list[tuple[tuple[Any, ...], str]]:
                         f"{what} {name!r} is defined twice (first at {section}[{first[name]}])",
                     )
                 )
+                continue
+            first[name] = index
+            slug = tenant_slug(name)
+            if section != "tenants" or not slug or slug in _BUCKET_SLUGS:
+                continue  # a bucket's look-alike is the name's own problem (Tenant._not_reserved)
+            if slug in by_slug:
+                j = by_slug[slug]
+                other = items[j]["name"]
+                problems.append(((section, index, "name"), _slug_clash(name, other, f" ({section}[{j}])")))
             else:
-                first[name] = index
+                by_slug[slug] = index
     return problems
 
 

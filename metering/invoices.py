@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import hashlib
 import io
 import re
 from collections import defaultdict
@@ -15,7 +16,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from metering.config import IDLE, UNALLOCATED, Config
+from metering.config import IDLE, UNALLOCATED, Config, tenant_slug
 from metering.warehouse import atomic_write_text
 
 INVOICE_COLUMNS = (
@@ -111,9 +112,25 @@ def round_money(amount: Decimal, minor_unit: int) -> Decimal:
     return amount.quantize(Decimal(1).scaleb(-minor_unit), rounding=ROUND_HALF_EVEN)
 
 
+_PLAIN_NAME = re.compile(r"[a-z0-9]+(?:-[a-z0-9]+)*")
+
+
 def invoice_id(period: Period, tenant: str) -> str:
-    slug = re.sub(r"[^A-Za-z0-9]+", "-", tenant.strip("_")).strip("-").upper() or "POOL"
-    return f"INV-{period}-{slug}"
+    """One id per tenant and period, never shared (R14), read from the exact tenant name alone, so that it is
+    stable across runs and configs:
+
+    - a plain name (lowercase letters, digits, single hyphens) is its capitals: `ml-training` ->
+      `INV-2026-11-ML-TRAINING` (lowercasing it gives the name back, so no two plain names share one);
+    - any other name is its slug, `--` and 8 hex digits of the SHA-256 of the exact name:
+      `team.a` -> `INV-2026-11-TEAM-A--…`. A slug never holds `--`, so no plain name's id looks like it;
+    - the buckets are their own names, `INV-2026-11-__IDLE__`: no tenant's id holds `_`.
+    """
+    if tenant in (IDLE, UNALLOCATED):
+        return f"INV-{period}-{tenant.upper()}"
+    if _PLAIN_NAME.fullmatch(tenant):
+        return f"INV-{period}-{tenant.upper()}"
+    digest = hashlib.sha256(tenant.encode("utf-8")).hexdigest()[:8].upper()
+    return f"INV-{period}-{tenant_slug(tenant) or 'TENANT'}--{digest}"
 
 
 LineKey = tuple[str, str, str, str]  # (tenant, charge type, GPU model, MIG profile)

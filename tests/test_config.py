@@ -240,6 +240,27 @@ def test_reserved_tenant_names_are_rejected(reserved: str) -> None:
     assert "reserved" in message and reserved in message
 
 
+@pytest.mark.parametrize("name", ["idle", "IDLE", "Idle", "idle-", "unallocated", "UNALLOCATED"])
+def test_names_that_read_as_a_bucket_are_rejected(name: str) -> None:
+    """`idle` on an invoice would be taken for the pool's __idle__ bucket (R7, R9, R14)."""
+    [(place, message)] = problems_of(f"{MINIMAL}tenants:\n  - name: ok\n  - name: {name}\n")
+    assert place == "tenants[1].name (line 6)"
+    bucket = "__idle__" if "idle" in name.lower() else "__unallocated__"
+    assert f"tenant name {name!r} reads as the reserved bucket {bucket}" in message
+
+
+def test_names_that_read_alike_on_invoices_are_rejected_naming_both() -> None:
+    text = f"{MINIMAL}tenants:\n  - name: team-a\n  - name: b\n  - name: team.a\n  - name: TEAM_A\n"
+    problems = problems_of(text)
+    assert [place for place, _ in problems] == ["tenants[2].name (line 7)", "tenants[3].name (line 8)"]
+    assert problems[0][1].startswith(
+        "tenant 'team.a' reads as TEAM-A on invoices, like tenant 'team-a' (tenants[0]): "
+    )
+    assert "tenant 'TEAM_A' reads as TEAM-A on invoices, like tenant 'team-a' (tenants[0])" in problems[1][1]
+    # Names that only look similar but read differently are fine.
+    assert [t.name for t in parse_config(f"{MINIMAL}tenants:\n  - name: team-a\n  - name: team-a2\n").tenants]
+
+
 def test_duplicate_tenant_names_are_rejected_at_the_repeat_with_the_other_problems() -> None:
     text = f"{MINIMAL}tenants:\n  - name: a\n  - name: b\n    namespaces: [BAD]\n  - name: a\n"
     problems = problems_of(text)
@@ -267,6 +288,10 @@ def test_config_model_itself_rejects_duplicates_and_reserved_names() -> None:
         Config.model_validate({**base, "tenants": [{"name": "t"}, {"name": "t"}]})
     with pytest.raises(ValueError, match="reserved"):
         Config.model_validate({**base, "tenants": [{"name": "__idle__"}]})
+    with pytest.raises(ValueError, match="reads as TEAM-A on invoices, like tenant 'team-a'"):
+        Config.model_validate({**base, "tenants": [{"name": "team-a"}, {"name": "Team.A"}]})
+    with pytest.raises(ValueError, match="reserved bucket __idle__"):
+        Config.model_validate({**base, "tenants": [{"name": "idle"}]})
 
 
 def test_mig_profile_prices_name_the_bad_profile() -> None:
@@ -563,6 +588,23 @@ def test_cli_config_check_errors_exit_2_naming_file_and_places(
     err = captured.err
     assert f"{path}: tenants[0].name (line {line_of(TWO_BAD_TENANTS, 'Bad Name')})" in err
     assert f"{path}: tenants[2].namespaces[0] (line {line_of(TWO_BAD_TENANTS, 'Not_A_Namespace')})" in err
+
+
+def test_cli_config_check_refuses_tenants_that_read_alike(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    main = _cli_main()
+    path = tmp_path / "alike.yaml"
+    path.write_text(MINIMAL + "tenants:\n  - name: team-a\n  - name: TEAM_A\n  - name: idle\n")
+    assert main(["config", "check", str(path)]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert (
+        f"{path}: tenants[1].name (line 6): tenant 'TEAM_A' reads as TEAM-A on invoices, like tenant 'team-a' (tenants[0])"
+        in err
+    )
+    assert (
+        f"{path}: tenants[2].name (line 7): tenant name 'idle' reads as the reserved bucket __idle__" in err
+    )
 
 
 def test_cli_config_check_missing_file_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

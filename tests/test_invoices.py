@@ -1,5 +1,6 @@
 """Invoice roll-up, rounding (R12), lines (R14) and the CSV output contract."""
 
+import hashlib
 from datetime import date
 from decimal import Decimal
 
@@ -13,6 +14,7 @@ from metering.invoices import (
     Period,
     build_invoice_lines,
     invoice_csv,
+    invoice_id,
     neutralize,
     reconcile,
     round_money,
@@ -227,3 +229,47 @@ def test_html_invoice_escapes_and_shows_what_finance_reads(tmp_path) -> None:
     assert "ml-training" not in html  # another tenant's lines never show
     draft = render_invoice(lines, cfg, period, "ml-training", Status("2026-11", False, "cd" * 32))
     assert "DRAFT" in draft and "may still change" in draft
+
+
+# --- invoice identities (R14): one id per tenant and period, never shared -------------------------------
+
+
+def test_invoice_ids_of_plain_names_stay_readable() -> None:
+    period = Period.parse("2026-11")
+    assert invoice_id(period, "ml-training") == "INV-2026-11-ML-TRAINING"
+    assert invoice_id(period, "serving") == "INV-2026-11-SERVING"
+    assert invoice_id(period, "team-a") == "INV-2026-11-TEAM-A"
+    assert invoice_id(Period.parse("2026-12"), "ml-training") == "INV-2026-12-ML-TRAINING"
+
+
+def test_names_that_read_alike_get_distinct_stable_ids() -> None:
+    """team-a, team.a and TEAM_A all read TEAM-A: the plain one keeps it, the others add 8 hex digits of the
+    SHA-256 of their exact name (written out here, so that a change of the rule shows)."""
+    period = Period.parse("2026-11")
+    ids = {name: invoice_id(period, name) for name in ("team-a", "team.a", "TEAM_A")}
+    assert ids == {
+        "team-a": "INV-2026-11-TEAM-A",
+        "team.a": "INV-2026-11-TEAM-A--DC627329",
+        "TEAM_A": "INV-2026-11-TEAM-A--A44A58AE",
+    }
+    assert hashlib.sha256(b"team.a").hexdigest()[:8] == "dc627329"  # anyone can recompute the suffix
+    assert invoice_id(period, "team.a") == ids["team.a"]  # a function of the name alone: stable
+
+
+def test_a_tenant_named_idle_is_not_the_idle_bucket() -> None:
+    period = Period.parse("2026-11")
+    assert invoice_id(period, "__idle__") == "INV-2026-11-__IDLE__"
+    assert invoice_id(period, "__unallocated__") == "INV-2026-11-__UNALLOCATED__"
+    # `idle` may come from days metered before config check refused the name: it still has an id of its own.
+    assert invoice_id(period, "idle") == "INV-2026-11-IDLE"
+    assert invoice_id(period, "unallocated") == "INV-2026-11-UNALLOCATED"
+
+
+def test_lines_of_look_alike_tenants_are_invoiced_apart() -> None:
+    rows = [
+        (date(2026, 11, 1), name, "reserved", "H100-80GB", None, "3600", "3600", "4")
+        for name in ("team-a", "team.a", "TEAM_A", "idle")
+    ] + [(date(2026, 11, 1), "__idle__", "idle", "H100-80GB", None, "0", "3600", "4")]
+    lines = build_invoice_lines(daily(rows), config(), Period.parse("2026-11")).to_pylist()
+    ids = [r["invoice_id"] for r in lines]
+    assert len(set(ids)) == len({r["tenant"] for r in lines}) == 5

@@ -72,7 +72,11 @@ def test_close_freezes_files_with_the_hash_of_the_csv_r16(warehouse: Warehouse) 
     all_csv = (out / "invoice_lines_2026-11_all.csv").read_bytes()
     assert manifest["content_hash"] == hashlib.sha256(all_csv).hexdigest()
     assert manifest["line_count"] == 3 and manifest["total"] == "10.00"
-    assert manifest["invoice_ids"] == ["INV-2026-11-IDLE", "INV-2026-11-ML-TRAINING", "INV-2026-11-SERVING"]
+    assert manifest["invoice_ids"] == [
+        "INV-2026-11-ML-TRAINING",
+        "INV-2026-11-SERVING",
+        "INV-2026-11-__IDLE__",
+    ]
     before = _digests(out)
     assert set(before) == set(manifest["files"])  # every export is hashed in the manifest
     html = (out / "tenant_invoice_2026-11_serving.html").read_text()
