@@ -112,21 +112,48 @@ def _dcgm_label_strings(rows: pa.Table, cluster_label: str, job: str) -> pa.Arra
 
 
 def _kube_label_strings(rows: pa.Table, cluster_label: str, metric: str) -> pa.Array:
-    encoded = pc.dictionary_encode(rows.column("labels").combine_chunks())
+    """Label text per row, built once per distinct (labels, target). `job` and `instance` come from the
+    `target` column (`<job>/<instance>`, schema.RAW_KUBE_SCHEMA) where it is not null, so that a pull from
+    Prometheus written back keeps its scrape targets; a null target (the simulator's, or a table written
+    before the column existed) gets the exporter's usual job and instance."""
+    n = rows.num_rows
+    labels_col = rows.column("labels").combine_chunks()
+    target = (
+        rows.column("target").combine_chunks() if "target" in rows.column_names else pa.nulls(n, pa.string())
+    )
+    # JSON text never holds a raw \x1f (control characters are escaped), so the first one splits the key;
+    # the target part is "0" for null, "1<target>" otherwise.
+    target_part = pc.if_else(
+        pc.is_null(target), pa.scalar("0"), pc.binary_join_element_wise(pa.scalar("1"), target, "")
+    )
+    key = pc.binary_join_element_wise(
+        labels_col, target_part, "\x1f", null_handling="replace", null_replacement=""
+    )
+    encoded = pc.dictionary_encode(key)
     cluster = rows.column("cluster").combine_chunks()
-    job, instance = (
+    default_job, default_instance = (
         ("opencost", "opencost.opencost:9003")
         if not metric.startswith("kube_")
         else ("kube-state-metrics", "kube-state-metrics.kube-system:8080")
     )
     strings = []
     for text in encoded.dictionary.to_pylist():
-        labels = json.loads(text) if text else {}
+        label_text, _, target_text = text.partition("\x1f")
+        labels = json.loads(label_text) if label_text else {}
         if not isinstance(labels, dict):
-            raise OpenMetricsError(f"labels of {metric} are not a JSON object: {text!r}")
+            raise OpenMetricsError(f"labels of {metric} are not a JSON object: {label_text!r}")
         labels.pop("__name__", None)
-        labels.setdefault("job", job)
-        labels.setdefault("instance", instance)
+        if target_text.startswith("1"):
+            job, instance = _split_target(target_text[1:])
+            labels.pop("job", None)
+            labels.pop("instance", None)
+            if job:
+                labels["job"] = job
+            if instance:
+                labels["instance"] = instance
+        else:
+            labels.setdefault("job", default_job)
+            labels.setdefault("instance", default_instance)
         strings.append(_label_string(labels))
     label_part = pa.array(strings, type=pa.string()).take(encoded.indices)
     clusters = pc.dictionary_encode(cluster, null_encoding="encode")
@@ -136,6 +163,16 @@ def _kube_label_strings(rows: pa.Table, cluster_label: str, metric: str) -> pa.A
     ]
     cluster_part = pa.array(prefixes, type=pa.string()).take(clusters.indices)
     return pc.binary_join_element_wise(cluster_part, label_part, "")
+
+
+def _split_target(target: str) -> tuple[str, str]:
+    """`<job>/<instance>` -> (job, instance), split at the LAST slash: job names may hold slashes
+    (Prometheus Operator PodMonitors: `<namespace>/<name>`), instances are `host:port`. A target without
+    a slash is a job."""
+    if "/" not in target:
+        return target, ""
+    job, _, instance = target.rpartition("/")
+    return job, instance
 
 
 class _FamilyFiles:
