@@ -3,6 +3,8 @@
 One FOCUS row per invoice line. Costs are the rounded line amounts (R12), so that the FOCUS file sums to
 the invoices; no discounts exist, so Billed = Effective = List = Contracted cost. Adjustment lines (R16)
 are ChargeCategory `Adjustment`, ChargeClass `Correction`, with the charge period of the period they correct.
+An adjustment's cost is computed from other charges (the corrected line rounded minus what was billed, R12),
+not as a unit price × quantity: its unit prices are null, as FOCUS has it for such charges.
 """
 
 from __future__ import annotations
@@ -130,6 +132,9 @@ def focus_rows(lines: pa.Table, config: Config, period: Period) -> list[dict[str
             )
         else:
             quantity, unit, unit_price = gpu_hours, PRICING_UNIT, line["unit_price"]
+        # FOCUS: ListCost = ListUnitPrice × PricingQuantity when both are set; a cost derived from other
+        # charges has a null unit price instead. The SKU's price stays in SkuPriceId.
+        listed_price = None if adjustment else unit_price
         efficiency = (
             (line["busy_gpu_hours"] / gpu_hours).quantize(Decimal("1e-6"))
             if charge == "reserved" and gpu_hours and line["busy_gpu_hours"] is not None and not adjustment
@@ -163,12 +168,12 @@ def focus_rows(lines: pa.Table, config: Config, period: Period) -> list[dict[str
                 "ConsumedQuantity": None if adjustment else line["device_hours"],
                 "ConsumedUnit": None if adjustment else CONSUMED_UNIT,
                 "ContractedCost": cost,
-                "ContractedUnitPrice": unit_price,
+                "ContractedUnitPrice": listed_price,
                 "EffectiveCost": cost,
                 "InvoiceId": line["invoice_id"],
                 "InvoiceIssuerName": config.pool,
                 "ListCost": cost,
-                "ListUnitPrice": unit_price,
+                "ListUnitPrice": listed_price,
                 "PricingCategory": "Standard",
                 "PricingQuantity": quantity,
                 "PricingUnit": unit,

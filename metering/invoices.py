@@ -11,6 +11,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, date, datetime
 from decimal import ROUND_HALF_EVEN, Decimal
+from fractions import Fraction
 from pathlib import Path
 
 import pyarrow as pa
@@ -107,8 +108,11 @@ def iso_utc(day: date) -> str:
     return datetime(day.year, day.month, day.day, tzinfo=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def round_money(amount: Decimal, minor_unit: int) -> Decimal:
-    """R12: once per invoice line, half-even, to the currency's minor unit."""
+def round_money(amount: Decimal | Fraction, minor_unit: int) -> Decimal:
+    """R12: once per invoice line, half-even, to the currency's minor unit; an exact Fraction is rounded
+    from its exact value (Python rounds a Fraction half to even)."""
+    if isinstance(amount, Fraction):
+        return Decimal(round(amount * 10**minor_unit)).scaleb(-minor_unit)
     return amount.quantize(Decimal(1).scaleb(-minor_unit), rounding=ROUND_HALF_EVEN)
 
 
@@ -145,6 +149,12 @@ class LineSums:
     busy_gpu_hours: Decimal = Decimal(0)
     energy_kwh: Decimal = Decimal(0)
     amount: Decimal = Decimal(0)
+    # The exact amount (units of money / units per currency, summed over the days, R12), where the marts
+    # carry it: the line is rounded from it, not from the 12-place decimals `amount` sums.
+    exact: Fraction | None = None
+    # What the line bills, when that is not `amount` rounded: an adjustment bills the corrected line rounded
+    # minus what was billed (R12), while `amount` is the exact change (docs/billing.md, "Adjustments").
+    billed: Decimal | None = None
 
 
 def cost_centers_of(config: Config) -> dict[str, str]:
@@ -194,7 +204,11 @@ def make_lines(
                 "gpu_hours": acc.gpu_hours.quantize(Decimal("1e-9")),
                 "unit_price": unit_price,
                 "amount_unrounded": acc.amount.quantize(Decimal("1e-12")),
-                "amount": round_money(acc.amount, config.minor_unit),  # R12
+                "amount": round_money(
+                    acc.amount if acc.exact is None else acc.exact, config.minor_unit
+                )  # R12
+                if acc.billed is None
+                else round_money(acc.billed, config.minor_unit),  # already in minor units: no rounding
                 "currency": config.currency,
                 "busy_gpu_hours": acc.busy_gpu_hours.quantize(Decimal("1e-9")),
                 "energy_kwh": acc.energy_kwh.quantize(Decimal("1e-9")),
@@ -212,12 +226,16 @@ def lines_table(rows: list[dict]) -> pa.Table:
 def build_invoice_lines(tenant_daily_cost: pa.Table, config: Config, period: Period) -> pa.Table:
     """Roll the period's days up to invoice lines: one per (tenant, charge type, GPU model, MIG profile)."""
     seconds: dict[LineKey, list[Decimal]] = defaultdict(lambda: [Decimal(0)] * 5)
+    exact: dict[LineKey, Fraction] = defaultdict(Fraction)
     cost_centers: dict[str, str] = {}
     start, end = period.start, period.end
     for row in tenant_daily_cost.to_pylist():
         if not start <= row["day"] < end:
             continue
-        acc = seconds[(row["tenant"], row["charge_type"], row["gpu_model"] or "", row["mig_profile"] or "")]
+        key = (row["tenant"], row["charge_type"], row["gpu_model"] or "", row["mig_profile"] or "")
+        acc = seconds[key]
+        if row.get("units_per_currency"):
+            exact[key] += Fraction(int(row["amount_units"]), int(row["units_per_currency"]))
         acc[0] += Decimal(row["device_seconds"])
         acc[1] += Decimal(row["gpu_seconds"])
         acc[2] += Decimal(row.get("busy_gpu_seconds") or 0)
@@ -234,6 +252,7 @@ def build_invoice_lines(tenant_daily_cost: pa.Table, config: Config, period: Per
             busy_gpu_hours=b / hour,
             energy_kwh=joules / kwh,
             amount=amount,
+            exact=exact.get(key),
         )
         for key, (d, g, b, amount, joules) in seconds.items()
     }
@@ -309,15 +328,23 @@ class Reconciliation:
     lines_rounded: Decimal
     line_count: int
     minor_unit: int
+    # Roundings the rounded total carries: one per usage line, two per adjustment line, which moves a tenant
+    # from what was billed (rounded then) to the corrected line (rounded now): R12.
+    roundings: int | None = None
 
     @property
     def exact(self) -> bool:
         return self.lines_unrounded == self.pool_cost
 
     @property
+    def tolerance(self) -> Decimal:
+        """Half a minor unit per rounding (R13 after rounding)."""
+        count = self.line_count if self.roundings is None else self.roundings
+        return Decimal(1).scaleb(-self.minor_unit) / 2 * max(count, 1)
+
+    @property
     def within_rounding(self) -> bool:
-        tolerance = Decimal(1).scaleb(-self.minor_unit) / 2 * max(self.line_count, 1)
-        return abs(self.lines_rounded - self.pool_cost) <= tolerance
+        return abs(self.lines_rounded - self.pool_cost) <= self.tolerance
 
     @property
     def ok(self) -> bool:
@@ -341,4 +368,5 @@ def reconcile(
     )
     unrounded = sum((Decimal(v) for v in lines.column("amount_unrounded").to_pylist()), Decimal(0))
     rounded = sum((Decimal(v) for v in lines.column("amount").to_pylist()), Decimal(0))
-    return Reconciliation(pool, unrounded, rounded, lines.num_rows, minor_unit)
+    adjustments = sum(1 for v in lines.column("charge_type").to_pylist() if v == ADJUSTMENT)
+    return Reconciliation(pool, unrounded, rounded, lines.num_rows, minor_unit, lines.num_rows + adjustments)

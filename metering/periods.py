@@ -10,8 +10,9 @@ Layout under the warehouse root (docs/billing.md):
     periods/audit.jsonl                           every close and reopen, appended and fsync'd, never rewritten
 
 A closed period's files are never written again (R16). Late data for it is billed in the next open period
-as `adjustment` lines: (current recomputation of the closed period) − (its closed lines + adjustments for
-it already billed in other periods), per (tenant, charge type, GPU model, MIG profile).
+as `adjustment` lines, per (tenant, charge type, GPU model, MIG profile): (current recomputation of the
+closed period's line, rounded) − (what was billed for it: its closed line + adjustments for it already
+billed in other periods), so that a tenant pays in total what the corrected line rounds to (R12).
 """
 
 from __future__ import annotations
@@ -249,13 +250,26 @@ class Correction:
     """The adjustment of one closed period billed in an open one, and the pool cost it accounts for."""
 
     corrected: Period
-    pool_cost_now: Decimal
-    billed_before: Decimal
+    pool_cost_now: Decimal  # of the corrected period's days as stored now
+    billed_before: Decimal  # exact amounts (`amount_unrounded`) of all that was billed for it
     lines: list[dict]
+    billed_before_rounded: Decimal = Decimal(0)  # what was billed for it: the rounded amounts
+    billed_now_rounded: Decimal = Decimal(0)  # what it rounds to now: Σ of its recomputed lines, rounded
+    # Exact changes of lines whose correction rounds to nothing and moves no hours: not billed (R12), so
+    # they have no line.
+    unbilled: Decimal = Decimal(0)
 
     @property
     def pool_delta(self) -> Decimal:
-        return self.pool_cost_now - self.billed_before
+        """What the adjustment lines carry exactly (Σ their `amount_unrounded`): the change in the corrected
+        period's pool cost, less the `unbilled` changes that round to nothing."""
+        return self.pool_cost_now - self.billed_before - self.unbilled
+
+    @property
+    def billed_delta(self) -> Decimal:
+        """What the adjustment lines bill (Σ their rounded `amount`): R12, the corrected period rounded now
+        minus what was billed for it, so that in total it is billed what it rounds to now."""
+        return self.billed_now_rounded - self.billed_before_rounded
 
 
 DailyReader = Callable[[str, list], pa.Table | None]  # (mart table, days) -> stored rows or None
@@ -264,33 +278,49 @@ DailyReader = Callable[[str, list], pa.Table | None]  # (mart table, days) -> st
 def corrections(
     config: Config, warehouse: Warehouse, period: Period, read_days: DailyReader
 ) -> list[Correction]:
-    """Adjustment lines for `period`: per closed period it is the next open period of, the difference between
-    the current recomputation of that period and all that was billed for it (R16). Zero differences give
-    no line. Differences of `__idle__` and `__unallocated__` are lines too, so Σ = Δ pool cost (R13)."""
+    """Adjustment lines for `period`: per closed period it is the next open period of, and per (tenant, charge
+    type, GPU model, MIG profile), the current recomputation of that line against all that was billed for it
+    (R16). The line bills the recomputed line rounded minus the rounded amounts billed (R12), so that a
+    tenant pays in total what the corrected line rounds to; its hours and `amount_unrounded` are the exact
+    differences. A key whose hours do not move and whose billed amount would be zero gets no line.
+    Differences of `__idle__` and `__unallocated__` are lines too, so Σ = Δ pool cost (R13)."""
     found = []
     for corrected in corrected_periods(warehouse, period):
         days = corrected.days()
         daily = read_days("tenant_daily_cost", days)
         pool = read_days("pool_daily_cost", days)
-        sums: dict[LineKey, LineSums] = defaultdict(LineSums)
-        if daily is not None:
-            _add(sums, build_invoice_lines(daily, config, corrected).to_pylist(), +1)
+        now = build_invoice_lines(daily, config, corrected).to_pylist() if daily is not None else []
         billed = _billed_for(warehouse, corrected, period)
+        sums: dict[LineKey, LineSums] = defaultdict(LineSums)
+        _add(sums, now, +1)
         _add(sums, billed, -1)
-        nonzero = {
-            key: acc
-            for key, acc in sums.items()
-            if acc.amount or acc.gpu_hours or acc.device_hours or acc.busy_gpu_hours or acc.energy_kwh
-        }
+        to_bill: dict[LineKey, Decimal] = defaultdict(Decimal)
+        for row in now:
+            to_bill[_line_key(row)] += Decimal(row["amount"])  # the recomputed line, rounded once
+        for row in billed:
+            to_bill[_line_key(row)] -= Decimal(row["amount"])  # what the tenant was invoiced for it
+        lines: dict[LineKey, LineSums] = {}
+        unbilled = Decimal(0)
+        for key, acc in sums.items():
+            acc.billed = to_bill[key]
+            if acc.billed or acc.device_hours or acc.gpu_hours or acc.energy_kwh:
+                lines[key] = acc
+            else:
+                unbilled += acc.amount
         pool_now = (
             sum((Decimal(v) for v in pool.column("pool_cost").to_pylist()), Decimal(0))
             if pool
             else Decimal(0)
         )
-        billed_total = sum((Decimal(r["amount_unrounded"]) for r in billed), Decimal(0))
         found.append(
             Correction(
-                corrected, pool_now, billed_total, make_lines(nonzero, config, period, corrects=corrected)
+                corrected,
+                pool_now,
+                sum((Decimal(r["amount_unrounded"]) for r in billed), Decimal(0)),
+                make_lines(lines, config, period, corrects=corrected),
+                billed_before_rounded=sum((Decimal(r["amount"]) for r in billed), Decimal(0)),
+                billed_now_rounded=sum((Decimal(r["amount"]) for r in now), Decimal(0)),
+                unbilled=unbilled,
             )
         )
     return found

@@ -3,7 +3,9 @@
 Fast tests write hand-made daily marts into a real warehouse; the end-to-end test runs the real Dagster
 jobs on a simulated day, then lets late samples arrive for a closed month."""
 
+import csv
 import hashlib
+import io
 import json
 from datetime import date
 from decimal import Decimal
@@ -12,12 +14,13 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from focus_validator import validate_focus_csv
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_invoices import DEC, config, daily
 
 from metering import periods
-from metering.invoices import Period
+from metering.invoices import Period, round_money
 from metering.runner import export_month, roll_up_month
 from metering.warehouse import MARTS, Warehouse
 from pipelines import checks
@@ -311,6 +314,8 @@ def _versions(draw: st.DrawFn) -> list[list[tuple]]:
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(versions=_versions())
 def test_late_data_in_rounds_is_billed_exactly_once(versions: list[list[tuple]]) -> None:
+    """However many rounds of late data, each line of November is billed in total what its last version rounds
+    to (R12), its hours exactly, and every month reconciles (R13)."""
     import tempfile
 
     with tempfile.TemporaryDirectory() as root:
@@ -322,7 +327,10 @@ def test_late_data_in_rounds_is_billed_exactly_once(versions: list[list[tuple]])
             _store(wh, D_NOV, version)
             month = Period.of(month.end)
             summary = roll_up_month(config(), wh, str(month))
-            assert summary.reconciliation.exact  # R13: Σ adjustments = Δ pool cost of November
+            assert summary.reconciliation.exact  # Σ adjustments = Δ pool cost of November, less unbilled
+            assert summary.reconciliation.within_rounding
+            for line in _adjustments(wh, month):
+                assert line["amount"] or line["device_hours"] or line["gpu_hours"]  # no empty lines
             periods.close_period(config(), wh, month)
         billed: dict[tuple, Decimal] = {}
         for key in periods.closed_periods(wh):
@@ -330,6 +338,178 @@ def test_late_data_in_rounds_is_billed_exactly_once(versions: list[list[tuple]])
                 if key == "2026-11" or row["corrects_period"] == "2026-11":
                     charge = row["corrects_charge_type"] or row["charge_type"]
                     k = (row["tenant"], charge, row["mig_profile"])
-                    billed[k] = billed.get(k, Decimal(0)) + row["amount_unrounded"]
-        final = {(r[0], r[1], r[3] or ""): Decimal(r[6]) for r in versions[-1]}
+                    billed[k] = billed.get(k, Decimal(0)) + row["amount"]
+        final = {(r[0], r[1], r[3] or ""): round_money(Decimal(r[6]), 2) for r in versions[-1]}
         assert {k: v for k, v in billed.items() if v} == {k: v for k, v in final.items() if v}
+
+
+# --- adjustments are the corrected line rounded minus what was billed (R12), by hand ------------------------
+
+# One H100 line of ml-training at 4.00 per GPU-hour: 10.004 = 2.501 h (9003.6 s), billed 10.00.
+IDLE_2 = ("__idle__", "idle", "H100-80GB", None, "0", "1800", "2")
+
+
+def _training(seconds: str, amount: str, profile: str | None = None) -> tuple:
+    return ("ml-training", "reserved", "H100-80GB", profile, seconds, seconds, amount)
+
+
+def _adjustments(wh: Warehouse, period: Period) -> list[dict]:
+    return [r for r in _lines(wh, period) if r["charge_type"] == "adjustment"]
+
+
+def _adjusted(wh: Warehouse, period: Period) -> list[tuple]:
+    """(tenant, corrected charge type, MIG profile, device-hours, billed amount, exact change) per line."""
+    return [
+        (
+            r["tenant"],
+            r["corrects_charge_type"],
+            r["mig_profile"],
+            r["device_hours"],
+            r["amount"],
+            r["amount_unrounded"],
+        )
+        for r in _adjustments(wh, period)
+    ]
+
+
+def _billed_for_november(wh: Warehouse, tenant: str) -> Decimal:
+    total = Decimal(0)
+    for key in periods.closed_periods(wh):
+        for row in periods.stored_lines(wh, key).to_pylist():
+            if row["tenant"] == tenant and (key == "2026-11" or row["corrects_period"] == "2026-11"):
+                total += row["amount"]
+    return total
+
+
+@pytest.fixture
+def nov_10_004(tmp_path: Path) -> Warehouse:
+    """November closed with ml-training's line at 10.004, billed 10.00; December has one line of its own."""
+    wh = Warehouse.at(tmp_path / "wh")
+    _store(wh, D_NOV, [_training("9003.6", "10.004"), IDLE_2])
+    _store(wh, D_DEC, DEC_ROWS)
+    _close(wh, NOV)
+    assert [(r["tenant"], r["amount"]) for r in _lines(wh, NOV)] == [
+        ("ml-training", Decimal("10.00")),
+        ("__idle__", Decimal("2.00")),
+    ]
+    return wh
+
+
+def test_a_correction_that_rounds_up_is_billed_r12(nov_10_004: Warehouse) -> None:
+    """10.004 (billed 10.00) becomes 10.006: the line now rounds to 10.01, so +0.01 — not round(+0.002) = 0."""
+    wh = nov_10_004
+    _store(wh, D_NOV, [_training("9005.4", "10.006"), IDLE_2])
+    summary = roll_up_month(config(), wh, "2026-12")
+    assert _adjusted(wh, DECEMBER) == [
+        ("ml-training", "reserved", "", Decimal("0.0005"), Decimal("0.01"), Decimal("0.002"))
+    ]
+    # R13 for December: 4.00 of its own + Nov's pool change 0.002, exact; 4.01 rounded, within 3 roundings.
+    rec = summary.reconciliation
+    assert (rec.pool_cost, rec.lines_unrounded, rec.lines_rounded) == (
+        Decimal("4.002"),
+        Decimal("4.002"),
+        Decimal("4.01"),
+    )
+    assert rec.tolerance == Decimal("0.015") and rec.ok
+    assert checks.invoice_matches_daily_costs(wh, "2026-12").passed
+    export_month(config(), wh, "2026-12", "all")
+    assert checks.invoice_csv_reconciles(wh, "2026-12", 2).passed
+    assert checks.focus_billed_cost_total(wh, "2026-12").passed
+    out = periods.exports_dir(wh, "2026-12")
+    csv_text = (out / "invoice_lines_2026-12_all.csv").read_text()
+    assert ",adjustment,H100-80GB,,0.0005,0.0005,4,0.01,USD,2026-11,reserved" in csv_text
+    focus_text = periods.focus_path(out, "2026-12").read_text()
+    assert validate_focus_csv(focus_text) == []
+    [row] = [r for r in csv.DictReader(io.StringIO(focus_text)) if r["ChargeClass"] == "Correction"]
+    assert (row["BilledCost"], row["ListCost"], row["x_AmountUnrounded"]) == ("0.01", "0.01", "0.002")
+    # Its cost is derived from other charges (R12), not unit price × quantity: no unit price.
+    assert (row["ListUnitPrice"], row["ContractedUnitPrice"], row["PricingQuantity"]) == ("", "", "0.0005")
+    periods.close_period(config(), wh, DECEMBER)
+    assert _billed_for_november(wh, "ml-training") == Decimal("10.01")  # = round(10.006)
+    assert periods.verify_closed(wh, "2026-11") == []  # November's files are untouched (R16)
+
+
+def test_a_line_that_changes_and_changes_back(nov_10_004: Warehouse) -> None:
+    wh = nov_10_004
+    # Within one open month: the late data is itself corrected before December closes — nothing to bill.
+    _store(wh, D_NOV, [_training("9005.4", "10.006"), IDLE_2])
+    roll_up_month(config(), wh, "2026-12")
+    _store(wh, D_NOV, [_training("9003.6", "10.004"), IDLE_2])
+    assert roll_up_month(config(), wh, "2026-12").adjustment_count == 0
+    assert _adjustments(wh, DECEMBER) == []
+    # Across a close: December bills +0.01 and closes; then November is back at 10.004, so January takes
+    # the 0.01 back (10.00 − 10.01) and the hours with it.
+    _store(wh, D_NOV, [_training("9005.4", "10.006"), IDLE_2])
+    _close(wh, DECEMBER)
+    _store(wh, D_NOV, [_training("9003.6", "10.004"), IDLE_2])
+    summary = roll_up_month(config(), wh, "2027-01")
+    assert _adjusted(wh, JAN) == [
+        ("ml-training", "reserved", "", Decimal("-0.0005"), Decimal("-0.01"), Decimal("-0.002"))
+    ]
+    assert summary.reconciliation.ok
+    assert checks.invoice_matches_daily_costs(wh, "2027-01").passed
+    periods.close_period(config(), wh, JAN)
+    assert _billed_for_november(wh, "ml-training") == Decimal("10.00")  # = round(10.004), as at the close
+
+
+def test_a_line_that_disappears_and_one_that_appears_only_late(nov_10_004: Warehouse) -> None:
+    """The late data says ml-training's pod was someone else's (__unallocated__), and serving held a MIG
+    instance nobody had seen: ml-training's line goes, two lines come."""
+    wh = nov_10_004
+    _store(
+        wh,
+        D_NOV,
+        [
+            ("__unallocated__", "reserved", "H100-80GB", None, "9003.6", "9003.6", "10.004"),
+            ("serving", "reserved", "H100-80GB", "3g.40gb", "3600", "1542.857142857143", "1.714285714286"),
+            IDLE_2,
+        ],
+    )
+    summary = roll_up_month(config(), wh, "2026-12")
+    assert _adjusted(wh, DECEMBER) == [
+        # Gone: minus what was billed (10.00), not minus the exact 10.004.
+        ("ml-training", "reserved", "", Decimal("-2.501"), Decimal("-10.00"), Decimal("-10.004")),
+        # New: the line rounded, as if it had been there at the close.
+        ("serving", "reserved", "3g.40gb", Decimal(1), Decimal("1.71"), Decimal("1.714285714286")),
+        ("__unallocated__", "reserved", "", Decimal("2.501"), Decimal("10.00"), Decimal("10.004")),
+    ]
+    assert summary.reconciliation.ok  # Nov's pool +1.714285714286: 4 + 1.714285714286 exact, 5.71 rounded
+    assert summary.reconciliation.lines_rounded == Decimal("5.71")
+    assert checks.invoice_matches_daily_costs(wh, "2026-12").passed
+
+
+def test_a_second_correction_after_a_first_adjustment(nov_10_004: Warehouse) -> None:
+    wh = nov_10_004
+    _store(wh, D_NOV, [_training("9005.4", "10.006"), IDLE_2])
+    _close(wh, DECEMBER)  # +0.01: billed for November so far 10.00 + 0.01
+    # More late data: 10.016 (2.504 h) rounds to 10.02, so January bills 10.02 − 10.01 = +0.01.
+    _store(wh, D_NOV, [_training("9014.4", "10.016"), IDLE_2])
+    _store(wh, date(2027, 1, 4), DEC_ROWS)
+    summary = roll_up_month(config(), wh, "2027-01")
+    assert _adjusted(wh, JAN) == [
+        ("ml-training", "reserved", "", Decimal("0.0025"), Decimal("0.01"), Decimal("0.010"))
+    ]
+    assert summary.reconciliation.ok
+    assert checks.invoice_matches_daily_costs(wh, "2027-01").passed
+    periods.close_period(config(), wh, JAN)
+    assert _billed_for_november(wh, "ml-training") == Decimal("10.02")  # = round(10.016)
+    # December, closed with its adjustment, is untouched by January's.
+    assert periods.verify_closed(wh, "2026-12") == []
+
+
+def test_what_moves_hours_is_a_line_what_rounds_to_nothing_is_not(nov_10_004: Warehouse) -> None:
+    """No line with zero hours and a zero amount: an exact change that moves no hours and leaves the line's
+    rounding as billed (a price restated from 10.004 to 10.003 for the same hours) bills nothing. A change
+    of hours is shown even when the amount stays (10.0044: still 10.00)."""
+    wh = nov_10_004
+    _store(wh, D_NOV, [_training("9003.6", "10.003"), IDLE_2])
+    summary = roll_up_month(config(), wh, "2026-12")
+    assert _adjustments(wh, DECEMBER) == []
+    [found] = periods.corrections(config(), wh, DECEMBER, lambda t, d: wh.read_days(MARTS, t, d))
+    assert found.unbilled == Decimal("-0.001") and found.pool_delta == Decimal(0) and found.billed_delta == 0
+    assert summary.reconciliation.ok  # December against its own 4.00: nothing of November is billed
+    _store(wh, D_NOV, [_training("9003.96", "10.0044"), IDLE_2])
+    roll_up_month(config(), wh, "2026-12")
+    assert _adjusted(wh, DECEMBER) == [
+        ("ml-training", "reserved", "", Decimal("0.0001"), Decimal("0.00"), Decimal("0.0004"))
+    ]
