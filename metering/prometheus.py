@@ -12,11 +12,15 @@ the configuration and the reasoning; the short version:
 - Windows are `chunk_seconds` long (default one hour) so that one answer stays small on big fleets;
   a window the server refuses as too large (HTTP 422, e.g. `query.max-samples`) is split in two and
   retried, down to `min_chunk_seconds`.
-- HA pairs (R1: never bill twice). Series identical but for a replica label (`prometheus_replica`,
-  `replica`) are one series seen by several scrapers, at different timestamps. Per scrape target
-  (`job`, `instance`) and per UTC hour, the replica with the most samples is kept (ties: the smallest
-  replica name), for all series of that target at once, so that the metrics, MIG instances and vgpu
-  copies of one GPU always come from one scraper.
+- HA pairs (R1: every scrape once). Series identical but for a replica label (`prometheus_replica`,
+  `replica`) are one series seen by several scrapers, at timestamps a fraction of Δ apart. The UNION of
+  the replicas' scrapes is kept, one sample per scrape, decided per scrape target (`job`, `instance`) for
+  all series of the target at once: replicas in name order, every scrape of the first kept, a scrape of a
+  later one kept only where no kept scrape of the target lies in [t - Δ/2, t + Δ/2) (it fills a gap).
+  So when both replicas have gaps (rolling restarts) nothing is lost, and the metrics, MIG instances and
+  vgpu copies of one GPU at one scrape always come from one scraper's scrape. The rule looks at most a
+  few Δ away, so a window is deduped exactly by fetching a margin of Δ around it: `fetch_day_parts`
+  yields exactly `fetch_day`'s rows, and a day exactly the whole stream's.
 - Robust. Retries with exponential backoff on connection errors, timeouts, HTTP 5xx/429 and unreadable
   bodies; never on other 4xx. After the last attempt, one `SourceError` naming the URL, the query and
   what to do.
@@ -49,7 +53,14 @@ from metering.accounting import RawDay, day_bounds_ms
 from metering.config import PrometheusSource
 from metering.k8s_objects import K8sObjectError, load_k8s_json, parse_resource_claims, parse_resource_slices
 from metering.openmetrics import escape_label_value
-from metering.schema import DCGM_METRICS, DCGM_XID, KUBE_METRICS, RAW_DCGM_SCHEMA, RAW_KUBE_SCHEMA, RAW_TABLES
+from metering.schema import (
+    DCGM_METRICS,
+    DCGM_XID,
+    KUBE_METRICS,
+    RAW_DCGM_SCHEMA,
+    RAW_KUBE_SCHEMA,
+    RAW_TABLES,
+)
 from metering.sources import SourceError
 
 log = logging.getLogger(__name__)
@@ -140,7 +151,8 @@ class PrometheusRawSource:
     """A `RawSource` reading raw samples from a PromQL HTTP API (docs/prometheus.md).
 
     `cluster` is the configured cluster name (the `cluster` column where a series has no `cluster_label`
-    label). The keyword arguments tune the pull and are not config fields yet. One `fetch_day` at a time
+    label). `scrape_interval_seconds` is Δ (the config's top-level field, R1): the replica dedupe's
+    unit. The other keyword arguments tune the pull and are not config fields yet. One `fetch_day` at a time
     per instance (it runs its own pool of `max_concurrent_queries` threads)."""
 
     def __init__(
@@ -152,6 +164,7 @@ class PrometheusRawSource:
         backoff_seconds: float = 0.5,
         dcgm_metrics: Sequence[str] = DCGM_METRICS,
         kube_metrics: Sequence[str] = KUBE_METRICS,
+        scrape_interval_seconds: float = 30,
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
         self.spec = spec
@@ -162,6 +175,10 @@ class PrometheusRawSource:
         self.min_chunk_ms = spec.min_chunk_seconds * 1000
         self.backoff_seconds = backoff_seconds
         self.bucket_ms = spec.dedupe_bucket_seconds * 1000
+        # Δ (R1, config `scrape_interval_seconds`): two replicas' samples less than Δ/2 apart are one scrape.
+        self.scrape_interval_ms = round(scrape_interval_seconds * 1000)
+        if self.scrape_interval_ms < 2:
+            raise ValueError(f"scrape_interval_seconds must be positive, got {scrape_interval_seconds!r}")
         self.dcgm_metrics = tuple(dcgm_metrics)
         self.kube_metrics = tuple(kube_metrics)
         # Validated and re-rendered by PrometheusSource: only label matchers, never other PromQL.
@@ -207,16 +224,17 @@ class PrometheusRawSource:
         return self.fetch_window(cluster, start_ms - max(0, int(lookback_ms)), end_ms)
 
     def fetch_day_parts(self, cluster: str, day: date, lookback_ms: int) -> Iterator[RawDay]:
-        """The same rows as `fetch_day` (in another order), one replica-dedupe bucket (an hour by default) at
-        a time, the DRA objects last: a pull holds one bucket's samples, not the day's (runner.pull_raw_day
-        writes each part as it comes). Replica dedupe decides per scrape target and bucket, and the parts
-        are cut at bucket boundaries, so deduping part by part chooses as deduping the day does."""
+        """The same rows as `fetch_day` (in another order), one part of `dedupe_bucket_seconds` (an hour by
+        default) at a time, the DRA objects last: a pull holds one part's samples, not the day's
+        (runner.pull_raw_day writes each part as it comes). Replica dedupe looks a few Δ beyond each part
+        (its margins are fetched with it) and keeps exactly the samples the whole stream's dedupe keeps, so
+        the parts together are the day, also where a scrape's replica samples straddle a part edge."""
         start_ms, end_ms = day_bounds_ms(day)
         start = start_ms - max(0, int(lookback_ms))
         inner = range(start - start % self.bucket_ms + self.bucket_ms, end_ms, self.bucket_ms)
         edges = sorted({start, end_ms, *inner})
         self._reset_counts()
-        warned: set[str] = set()
+        warned: set[tuple[str, str]] = set()
         for w0, w1 in itertools.pairwise(edges):
             dcgm, kube = self._fetch_samples(cluster, w0, w1, warned)
             yield RawDay(dcgm, kube)
@@ -234,58 +252,94 @@ class PrometheusRawSource:
         self.bytes_received = self.samples_received = 0
 
     def _fetch_samples(
-        self, cluster: str, start_ms: int, end_ms: int, warned: set[str]
+        self, cluster: str, start_ms: int, end_ms: int, warned: set[tuple[str, str]]
     ) -> tuple[pa.Table, pa.Table]:
-        """The DCGM and kube rows of [start_ms, end_ms), replicas deduped; `warned` holds the foreign
-        clusters already warned about in this pull (one warning per pull, not per part)."""
+        """The DCGM and kube rows of [start_ms, end_ms), replicas deduped; `warned` holds what was already
+        warned about in this pull (one warning per pull, not per part).
+
+        Replica dedupe decides a sample from the target's other replicas' scrapes within a few Δ of it
+        (docs/prometheus.md, "HA pairs"), so where the window holds replica series, margins on both sides
+        are fetched too: the rows of the window are then the whole stored stream's, whatever the window."""
         self._headers = self._auth_headers()
-        self._local = threading.local()
-        self._stop = stop = threading.Event()
         metrics = [(m, "dcgm") for m in self.dcgm_metrics] + [(m, "kube") for m in self.kube_metrics]
         # R11 reads XID only as "some value != 0": its raw samples are fetched only in windows where an
         # aggregate says a series has one (docs/prometheus.md, "What is pushed down").
         screened = {DCGM_XID} & set(self.dcgm_metrics) if self.spec.pushdown else set()
-        windows = [(w, min(w + self.chunk_ms, end_ms)) for w in range(start_ms, end_ms, self.chunk_ms)]
-        tasks = [(metric, w0, w1) for metric, _ in metrics for w0, w1 in windows]
         kinds = dict(metrics)
         series: dict[tuple[tuple[str, str], ...], _Series] = {}
-        if tasks:
-            pool = ThreadPoolExecutor(self.spec.max_concurrent_queries, thread_name_prefix="gpumeter-prom")
-            try:
-                futures = [
-                    pool.submit(
-                        self._fetch_screened if metric in screened else self._fetch_window,
-                        metric,
-                        w0,
-                        w1,
-                        stop,
-                    )
-                    for metric, w0, w1 in tasks
-                ]
-                wait(futures, return_when=FIRST_EXCEPTION)
-                for future in futures:
-                    if future.done() and future.exception() is not None:
-                        stop.set()
-                        future.result()  # raises the first failure (a SourceError)
-                for future in futures:
-                    for labels, ts, values in future.result():
-                        key = tuple(sorted(labels.items()))
-                        entry = series.get(key)
-                        if entry is None:
-                            series[key] = entry = _Series(labels, [], [])
-                        entry.ts.append(ts)
-                        entry.values.append(values)
-            finally:
-                stop.set()
-                pool.shutdown(wait=True, cancel_futures=True)
-                for client in self._clients:
-                    client.close()
-                self._clients = []
-        merged = self._dedupe_replicas(list(series.values()))
+        self._pull(series, [m for m, _ in metrics], screened, [(start_ms, end_ms)])
+        margin = 0
+        while self.replica_labels and any(self._replica_of(s.labels) for s in series.values()):
+            need = self._margin_ms(series.values())
+            if need <= margin:
+                break
+            # The margins carry no screened metric: its samples share the scrapes of the target's other
+            # fields (dcgm-exporter stamps a scrape's fields alike), which are what the dedupe reads.
+            unscreened = [m for m, _ in metrics if m not in screened]
+            self._pull(
+                series,
+                unscreened,
+                set(),
+                [(start_ms - need, start_ms - margin), (end_ms + margin, end_ms + need)],
+            )
+            margin = need
+        merged = self._dedupe_replicas(list(series.values()), start_ms, end_ms, warned)
         dcgm_series = [s for s in merged if kinds.get(s.labels.get("__name__", "")) == "dcgm"]
         kube_series = [s for s in merged if kinds.get(s.labels.get("__name__", "")) == "kube"]
         self._warn_foreign_clusters(cluster, merged, warned)
         return self._dcgm_table(cluster, dcgm_series), self._kube_table(cluster, kube_series)
+
+    def _pull(
+        self,
+        series: dict[tuple[tuple[str, str], ...], _Series],
+        metrics: Sequence[str],
+        screened: set[str],
+        spans: Sequence[tuple[int, int]],
+    ) -> None:
+        """Raw samples of `metrics` in the half-open `spans`, each cut into `chunk_seconds` windows, queried
+        by a pool of `max_concurrent_queries` threads, added to `series` by label set."""
+        self._local = threading.local()
+        self._stop = stop = threading.Event()
+        windows = [
+            (w, min(w + self.chunk_ms, s1))
+            for s0, s1 in spans
+            if s0 < s1
+            for w in range(s0, s1, self.chunk_ms)
+        ]
+        tasks = [(metric, w0, w1) for metric in metrics for w0, w1 in windows]
+        if not tasks:
+            return
+        pool = ThreadPoolExecutor(self.spec.max_concurrent_queries, thread_name_prefix="gpumeter-prom")
+        try:
+            futures = [
+                pool.submit(
+                    self._fetch_screened if metric in screened else self._fetch_window,
+                    metric,
+                    w0,
+                    w1,
+                    stop,
+                )
+                for metric, w0, w1 in tasks
+            ]
+            wait(futures, return_when=FIRST_EXCEPTION)
+            for future in futures:
+                if future.done() and future.exception() is not None:
+                    stop.set()
+                    future.result()  # raises the first failure (a SourceError)
+            for future in futures:
+                for labels, ts, values in future.result():
+                    key = tuple(sorted(labels.items()))
+                    entry = series.get(key)
+                    if entry is None:
+                        series[key] = entry = _Series(labels, [], [])
+                    entry.ts.append(ts)
+                    entry.values.append(values)
+        finally:
+            stop.set()
+            pool.shutdown(wait=True, cancel_futures=True)
+            for client in self._clients:
+                client.close()
+            self._clients = []
 
     # --- HTTP --------------------------------------------------------------------------------
 
@@ -529,60 +583,138 @@ class PrometheusRawSource:
         return values if any(values) else None
 
     def _target_of(self, labels: dict[str, str]) -> tuple[str, ...]:
+        """The scrape target of a series: (cluster, job, instance). A series without either (federated, or
+        backfilled without them) stands for its node's dcgm-exporter when it names a host, else for the
+        exporter its metric comes from, named by the metric's namespace (`kube`, `kueue`, `node`: its name up
+        to the first `_`), as the accounting reads a null target (schema.RAW_KUBE_SCHEMA)."""
         target = tuple(labels.get(name, "") for name in (self.cluster_label, *TARGET_LABELS))
         if any(target[1:]):
             return target
-        # No job/instance (e.g. federated or backfilled without them): the node for a DCGM series, the
-        # whole cluster for kube-state-metrics/OpenCost.
-        host = labels.get("Hostname") or labels.get("hostname") or ""
-        return (target[0], "", "", host)
+        host = labels.get("Hostname") or labels.get("hostname")
+        if host:
+            return (target[0], "", "", f"host={host}")
+        namespace = labels.get("__name__", "").split("_", 1)[0]
+        return (target[0], "", "", f"exporter={namespace}")
 
-    def _dedupe_replicas(self, series: list[_Series]) -> list[_Series]:
-        if not self.replica_labels or not any(self._replica_of(s.labels) for s in series):
-            return [_Series(s.labels, [np.concatenate(s.ts)], [np.concatenate(s.values)]) for s in series]
-        by_target: dict[tuple[str, ...], list[tuple[_Series, tuple[str, ...]]]] = defaultdict(list)
+    def _replicas_per_target(self, series: Iterable[_Series]) -> dict[tuple[str, ...], set[tuple[str, ...]]]:
+        out: dict[tuple[str, ...], set[tuple[str, ...]]] = defaultdict(set)
         for s in series:
-            replica = self._replica_of(s.labels) or ()
-            by_target[self._target_of(s.labels)].append((s, replica))
+            replica = self._replica_of(s.labels)
+            if replica is not None:
+                out[self._target_of(s.labels)].add(replica)
+        return out
+
+    def _margin_ms(self, series: Iterable[_Series]) -> int:
+        """How far beyond a window the dedupe of its samples looks: the n-th replica of a target (0-based)
+        is decided from the kept scrapes within Δ/2 of it, which were decided from within Δ/2 of them...:
+        n × Δ/2. At least Δ (two or three replicas)."""
+        most = max((len(r) for r in self._replicas_per_target(series).values()), default=1)
+        return max(self.scrape_interval_ms, (most - 1) * (self.scrape_interval_ms // 2))
+
+    def _dedupe_replicas(
+        self, series: list[_Series], start_ms: int, end_ms: int, warned: set[tuple[str, str]]
+    ) -> list[_Series]:
+        """The samples with start_ms <= ts < end_ms of the union of the replicas' scrapes (R1), one sample
+        per scrape, decided per scrape target (docs/prometheus.md, "HA pairs"):
+
+        - a target's scrapes by replica r are the timestamps of r's series of that target (every series of
+          a scrape carries the scrape's timestamp);
+        - replicas are taken in name order; every scrape of the first is kept; a scrape of a later replica
+          at t is kept only where no scrape kept so far lies in [t - Δ/2, t + Δ/2) (it fills a gap);
+        - a series' sample is kept where its replica's scrape at that timestamp is kept, so every series
+          of a target has the kept scrapes' timestamps, each from one replica's complete scrape.
+
+        A series without a replica label is not deduped. `series` may reach beyond the window (the margins
+        fetched by `_fetch_samples`): they inform the decision and are dropped after it."""
+
+        def window(ts: np.ndarray) -> np.ndarray:
+            return (ts >= start_ms) & (ts < end_ms)
+
         out: dict[tuple[tuple[str, str], ...], _Series] = {}
-        for members in by_target.values():
-            replicas = sorted({replica for _, replica in members})
-            counts: dict[tuple[str, ...], dict[int, int]] = {r: defaultdict(int) for r in replicas}
-            for s, replica in members:
-                for ts in s.ts:
-                    buckets, n = np.unique(ts // self.bucket_ms, return_counts=True)
-                    for b, c in zip(buckets.tolist(), n.tolist(), strict=True):
-                        counts[replica][b] += c
-            chosen: dict[int, tuple[str, ...]] = {}
-            for bucket in sorted({b for c in counts.values() for b in c}):
-                # Most samples; ties go to the smallest replica name.
-                chosen[bucket] = min(replicas, key=lambda r, b=bucket: (-counts[r].get(b, 0), r))
-            for s, replica in members:
-                ts = np.concatenate(s.ts)
-                values = np.concatenate(s.values)
-                buckets = ts // self.bucket_ms
-                keep = np.fromiter((chosen[b] == replica for b in buckets.tolist()), bool, len(buckets))
-                if not keep.any():
-                    continue
-                labels = {k: v for k, v in s.labels.items() if k not in self.replica_labels}
-                key = tuple(sorted(labels.items()))
-                entry = out.get(key)
-                if entry is None:
-                    out[key] = entry = _Series(labels, [], [])
-                entry.ts.append(ts[keep])
-                entry.values.append(values[keep])
+
+        def add(labels: dict[str, str], ts: np.ndarray, values: np.ndarray) -> None:
+            if not len(ts):
+                return
+            key = tuple(sorted(labels.items()))
+            entry = out.get(key)
+            if entry is None:
+                out[key] = entry = _Series(labels, [], [])
+            entry.ts.append(ts)
+            entry.values.append(values)
+
+        by_target: dict[tuple[str, ...], dict[tuple[str, ...], list[_Series]]] = defaultdict(
+            lambda: defaultdict(list)
+        )
+        for s in series:
+            replica = self._replica_of(s.labels) if self.replica_labels else None
+            if replica is None:
+                ts, values = np.concatenate(s.ts), np.concatenate(s.values)
+                keep = window(ts)
+                add(s.labels, ts[keep], values[keep])
+            else:
+                by_target[self._target_of(s.labels)][replica].append(s)
+        half = self.scrape_interval_ms // 2
+        for target, replicas in sorted(by_target.items()):
+            kept = np.empty(0, np.int64)  # the target's kept scrapes so far, sorted
+            for replica in sorted(replicas):
+                members = [(s, np.concatenate(s.ts), np.concatenate(s.values)) for s in replicas[replica]]
+                scrapes = np.unique(np.concatenate([ts for _, ts, _ in members]))
+                if len(replicas) > 1:
+                    self._warn_interval(target, replica, scrapes, warned)
+                if len(kept):
+                    # A kept scrape k covers [k - Δ/2, k + Δ/2): k in [t - Δ/2, t + Δ/2) covers t.
+                    lo = np.searchsorted(kept, scrapes - half, side="left")
+                    hi = np.searchsorted(kept, scrapes + half, side="left")
+                    scrapes = scrapes[lo == hi]
+                kept = np.union1d(kept, scrapes)
+                for s, ts, values in members:
+                    at = np.searchsorted(scrapes, ts)
+                    keep = (at < len(scrapes)) & window(ts)
+                    keep[keep] = scrapes[at[keep]] == ts[keep]
+                    labels = {k: v for k, v in s.labels.items() if k not in self.replica_labels}
+                    add(labels, ts[keep], values[keep])
         return [_Series(s.labels, [np.concatenate(s.ts)], [np.concatenate(s.values)]) for s in out.values()]
+
+    def _warn_interval(
+        self,
+        target: tuple[str, ...],
+        replica: tuple[str, ...],
+        scrapes: np.ndarray,
+        warned: set[tuple[str, str]],
+    ) -> None:
+        """A target scraped much less often than Δ: two replicas' samples of one scrape can then be more
+        than Δ/2 apart and would count as two scrapes. Said once per pull and target."""
+        if len(scrapes) < 3:
+            return
+        interval = float(np.median(np.diff(scrapes)))
+        name = "/".join(target[1:3]) or target[3]
+        if interval <= 1.5 * self.scrape_interval_ms or ("interval", name) in warned:
+            return
+        warned.add(("interval", name))
+        log.warning(
+            "Prometheus %s: target %s (replica %s) is scraped every %g s, but scrape_interval_seconds is %g: "
+            "its replicas' samples of one scrape may lie more than half of that apart and count twice (R1); "
+            "set scrape_interval_seconds to the scrape interval",
+            self.url,
+            name,
+            ",".join(v for v in replica if v),
+            interval / 1000,
+            self.scrape_interval_ms / 1000,
+        )
 
     # --- tables ------------------------------------------------------------------------------
 
     def _cluster_of(self, labels: dict[str, str], configured: str) -> str:
         return labels.get(self.cluster_label) or configured
 
-    def _warn_foreign_clusters(self, cluster: str, series: Iterable[_Series], warned: set[str]) -> None:
+    def _warn_foreign_clusters(
+        self, cluster: str, series: Iterable[_Series], warned: set[tuple[str, str]]
+    ) -> None:
+        seen = {name for kind, name in warned if kind == "cluster"}
         others = sorted(
-            {v for s in series if (v := s.labels.get(self.cluster_label)) and v != cluster} - warned
+            {v for s in series if (v := s.labels.get(self.cluster_label)) and v != cluster} - seen
         )
-        warned.update(others)
+        warned.update(("cluster", other) for other in others)
         if others:
             log.warning(
                 "Prometheus %s: series of cluster(s) %s are in the pull for %r and will not be metered as %r; "
@@ -625,6 +757,11 @@ class PrometheusRawSource:
                 kept[key[len("exported_") :]] = value
         return json.dumps(kept, separators=(",", ":"), sort_keys=True)
 
+    def _kube_target(self, labels: dict[str, str]) -> str | None:
+        """`<job>/<instance>` of the scrape (schema.RAW_KUBE_SCHEMA), null when the series has neither."""
+        job, instance = labels.get("job", ""), labels.get("instance", "")
+        return f"{job}/{instance}" if job or instance else None
+
     def _kube_table(self, cluster: str, series: list[_Series]) -> pa.Table:
         if not series:
             return RAW_KUBE_SCHEMA.empty_table()
@@ -638,9 +775,10 @@ class PrometheusRawSource:
                 "metric": pa.array([s.labels["__name__"] for s in series], pa.string()).take(index),
                 "value": pa.array(values, pa.float64()),
                 "labels": pa.array([self._kube_labels(s.labels) for s in series], pa.string()).take(index),
+                "target": pa.array([self._kube_target(s.labels) for s in series], pa.string()).take(index),
             }
         ).cast(RAW_KUBE_SCHEMA)
-        return table.sort_by([(name, "ascending") for name in ("ts_ms", "metric", "labels")])
+        return table.sort_by([(name, "ascending") for name in ("ts_ms", "metric", "labels", "target")])
 
     # --- Kubernetes objects (DRA) ------------------------------------------------------------
 

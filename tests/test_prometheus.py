@@ -1,5 +1,6 @@
 """The Prometheus source against a REAL Prometheus on 127.0.0.1 (backfilled with promtool) and a real
-misbehaving HTTP server: exactness (R1, R2), chunk-size invariance, HA replica dedupe, label spellings,
+misbehaving HTTP server: exactness (R1, R2), chunk-size invariance, HA replica dedupe (more, with gappy
+replicas, in tests/test_prometheus_ha.py), label spellings,
 the selector, retries and errors, and the key equality "Prometheus path == Parquet path" on the
 simulated factory."""
 
@@ -68,7 +69,7 @@ def _fixture_samples() -> dict[str, list[Sample]]:
         PHASE, {**ksm, "job": "kube-state-metrics", "instance": "ksm:8080"}, D0 - 600_000, D1 + 60_000
     )
     s["exact"] = exact
-    # ha: two replicas scraping the same targets 15 s apart, all day.
+    # ha: two replicas scraping the same targets 15 s (= Δ/2) apart, all day.
     ha = []
     for replica, offset in (("a", 0), ("b", 15_000)):
         ha += _series(UTIL, _gpu("ha", prometheus_replica=replica, **pod), D0 + offset, D1 - 1)
@@ -88,7 +89,7 @@ def _fixture_samples() -> dict[str, list[Sample]]:
     fo = _series(UTIL, _gpu("failover", prometheus_replica="a", **pod), D0, D0 + 6 * 3_600_000 - 1)
     fo += _series(UTIL, _gpu("failover", prometheus_replica="b", **pod), D0 + 15_000, D1 - 1)
     s["failover"] = fo
-    # mixed: within one target, replica a has more samples of GPU-1, b more of GPU-2, tied in total.
+    # mixed: within one target, replica a's scrapes lack GPU-2 at the last two, b's lack GPU-1 there.
     hour = D0 + 3_600_000
     mixed = _series(UTIL, _gpu("mixed", prometheus_replica="a"), D0, hour - 1)
     mixed += _series(UTIL, _gpu("mixed", prometheus_replica="a", UUID="GPU-2", gpu="1"), D0, hour - 1)[:-2]
@@ -261,25 +262,28 @@ def test_replicas_scraping_at_different_times_bill_once(prom: PrometheusServer) 
     for uuid in ("GPU-1", "GPU-2"):
         t = raw.dcgm.filter(pa.compute.equal(raw.dcgm.column("uuid"), uuid))
         ts = t.column("ts_ms").to_pylist()
-        assert len(ts) == 2880 and len(set(ts)) == 2880  # one replica's samples, not 5760
-        assert all((x - D0) % STEP == 0 for x in ts)  # replica "a" (ties go to the smallest name)
+        assert len(ts) == 2880 and len(set(ts)) == 2880  # one sample per scrape, not 5760
+        # All a's: b's sample Δ/2 after a scrape of a is that scrape's, and the first replica's are all kept.
+        assert all((x - D0) % STEP == 0 for x in ts)
     phases = raw.kube.column("ts_ms").to_pylist()
     assert len(phases) == 2880 and all((x - D0) % STEP == 0 for x in phases)
     assert "replica" not in raw.kube.column("labels")[0].as_py()
 
 
-def test_failover_takes_the_replica_that_was_up_per_hour(prom: PrometheusServer) -> None:
+def test_failover_takes_the_replica_that_is_up(prom: PrometheusServer) -> None:
     raw = source(prom.url, 'cluster="failover"', **FEW).fetch_day("failover", DAY, 0)
     ts = sorted(raw.dcgm.column("ts_ms").to_pylist())
     six = D0 + 6 * 3_600_000
-    assert [x for x in ts if x < six] == list(range(D0, six, STEP))  # a (tie with b, smaller name)
-    assert [x for x in ts if x >= six] == list(range(six + 15_000, D1, STEP))  # b, alone after 06:00
+    assert [x for x in ts if x < six] == list(range(D0, six, STEP))  # a, the first replica
+    # b alone after 06:00; its 05:59:45 is a's 05:59:30 scrape, its 06:00:15 the 06:00 one that a missed.
+    assert [x for x in ts if x >= six] == list(range(six + 15_000, D1, STEP))
     assert len(ts) == 2880
 
 
 def test_one_replica_per_target_for_all_its_series(prom: PrometheusServer) -> None:
-    # Choosing per series would take GPU-1 from a and GPU-2 from b: two timestamps per scrape of one
-    # node. Choosing per target (job, instance) keeps the scrapes of one scraper together.
+    # Deciding per series would take GPU-2's last two samples from b (a's scrapes did not show it): two
+    # timestamps per scrape of one node. Deciding per target (job, instance) keeps each scrape whole: a's
+    # scrapes are kept, and they show GPU-2 118 times.
     raw = source(prom.url, 'cluster="mixed"', **FEW).fetch_day("mixed", DAY, 0)
     assert all((x - D0) % STEP == 0 for x in raw.dcgm.column("ts_ms").to_pylist())
     assert raw.dcgm.num_rows == 120 + 118
@@ -337,6 +341,14 @@ def test_kube_labels_are_json_without_target_cluster_and_name(prom: PrometheusSe
     raw = source(prom.url, 'cluster="exact"', **FEW).fetch_day("exact", DAY, 0)
     labels = set(raw.kube.column("labels").to_pylist())
     assert labels == {'{"namespace":"team-a","phase":"Running","pod":"p1","uid":"u1"}'}
+
+
+def test_kube_target_is_job_slash_instance_else_null(prom: PrometheusServer) -> None:
+    raw = source(prom.url, 'cluster="exact"', **FEW).fetch_day("exact", DAY, 0)
+    assert set(raw.kube.column("target").to_pylist()) == {"kube-state-metrics/ksm:8080"}
+    # The k8s_cluster fixture's phase series carries neither job nor instance.
+    raw = source(prom.url, 'k8s_cluster="kc"', cluster_label="k8s_cluster", **FEW).fetch_day("kc", DAY, 0)
+    assert raw.kube.num_rows == 3 and raw.kube.column("target").null_count == 3
 
 
 def test_selector_is_added_to_every_query(prom: PrometheusServer) -> None:
@@ -410,6 +422,19 @@ def test_prometheus_path_equals_parquet_path_on_the_simulated_factory(tmp_path: 
     )
     assert (
         phases.num_rows > 0 and expected_kube.num_rows == via_parquet.kube.num_rows - phases.num_rows * 4 // 5
+    )
+    # The simulator knows no scrape target (null); the OpenMetrics writer gives a null target its exporter's
+    # usual job and instance, which the pull reads back as the target: kube-state-metrics for kube_*, else
+    # OpenCost's.
+    assert expected_kube.column("target").null_count == expected_kube.num_rows
+    defaults = [
+        "kube-state-metrics/kube-state-metrics.kube-system:8080"
+        if metric.startswith("kube_")
+        else "opencost/opencost.opencost:9003"
+        for metric in expected_kube.column("metric").to_pylist()
+    ]
+    expected_kube = expected_kube.set_column(
+        expected_kube.schema.get_field_index("target"), "target", pa.array(defaults, pa.string())
     )
     for name in ("dcgm", "kube"):
         a, b = getattr(via_prom, name), expected_dcgm if name == "dcgm" else expected_kube
