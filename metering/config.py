@@ -90,6 +90,11 @@ class PrometheusSource(_Model):
     claims_file: str | None = Field(None, description="`kubectl get resourceclaims -A -o json` output.")
     slices_file: str | None = Field(None, description="`kubectl get resourceslices -A -o json` output.")
     kubeconfig: str | None = None
+    k8s_snapshots_dir: str | None = Field(
+        None,
+        description="Folder of timed DRA snapshots (cluster=<c>/day=<d>/resourceclaims-<time>.json, ...), kept "
+        "by the snapshot_k8s_objects job from `kubeconfig` and read for each day (R5).",
+    )
     chunk_seconds: int = Field(3600, ge=1, le=7 * 86_400, description="Length of one pull window (R1).")
     min_chunk_seconds: int = Field(60, ge=1, description="Smallest window when the server says too large.")
     dedupe_bucket_seconds: int = Field(3600, ge=1, description="HA replica choice per bucket; divides a day.")
@@ -640,6 +645,7 @@ def _resolve_paths(config: Config, base_dir: Path) -> Config:
                     "claims_file": resolve(source.claims_file),
                     "slices_file": resolve(source.slices_file),
                     "kubeconfig": resolve(source.kubeconfig),
+                    "k8s_snapshots_dir": resolve(source.k8s_snapshots_dir),
                 }
             )
         clusters.append(cluster.model_copy(update={"source": source}))

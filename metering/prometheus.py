@@ -238,13 +238,13 @@ class PrometheusRawSource:
         for w0, w1 in itertools.pairwise(edges):
             dcgm, kube = self._fetch_samples(cluster, w0, w1, warned)
             yield RawDay(dcgm, kube)
-        allocations, devices = self._k8s_objects(cluster)
+        allocations, devices = self._k8s_objects(cluster, start, end_ms)
         yield RawDay(RAW_DCGM_SCHEMA.empty_table(), RAW_KUBE_SCHEMA.empty_table(), allocations, devices)
 
     def fetch_window(self, cluster: str, start_ms: int, end_ms: int) -> RawDay:
         self._reset_counts()
         dcgm, kube = self._fetch_samples(cluster, start_ms, end_ms, set())
-        allocations, devices = self._k8s_objects(cluster)
+        allocations, devices = self._k8s_objects(cluster, start_ms, end_ms)
         return RawDay(dcgm, kube, allocations, devices)
 
     def _reset_counts(self) -> None:
@@ -782,19 +782,39 @@ class PrometheusRawSource:
 
     # --- Kubernetes objects (DRA) ------------------------------------------------------------
 
-    def _k8s_objects(self, cluster: str) -> tuple[pa.Table, pa.Table]:
+    def _k8s_objects(self, cluster: str, start_ms: int, end_ms: int) -> tuple[pa.Table, pa.Table]:
+        """The DRA objects of the window [start_ms, end_ms) (R5). `claims_file` / `slices_file` are snapshots
+        of unknown time: their objects are valid for the whole window. `k8s_snapshots_dir` holds the
+        snapshots the `snapshot_k8s_objects` job keeps (metering.k8s_objects: day folders of time-named
+        files): those of the days the window touches and of the day before, each with its time. Without that
+        folder, `kubeconfig` lists the API now for the kinds no file gives, read as a snapshot of unknown time
+        as before snapshots were kept (a claim deleted before now is not seen)."""
+        from metering.k8s_objects import read_kept_snapshots
+
         spec = self.spec
         snapshot: dict[str, Any] = {}
         claims_doc = slices_doc = None
         claims_src = slices_src = ""
+        snapshots_dir = spec.k8s_snapshots_dir
         try:
             if spec.claims_file:
                 claims_doc, claims_src = load_k8s_json(Path(spec.claims_file)), spec.claims_file
             if spec.slices_file:
                 slices_doc, slices_src = load_k8s_json(Path(spec.slices_file)), spec.slices_file
+            kept = (
+                read_kept_snapshots(Path(snapshots_dir), cluster, start_ms, end_ms) if snapshots_dir else None
+            )
         except K8sObjectError as exc:
             raise SourceError(str(exc)) from exc
-        if spec.kubeconfig and (claims_doc is None or slices_doc is None):
+        if kept is not None and not kept.files:
+            log.warning(
+                "%s: no DRA snapshot of cluster %s in %s for the days of this window: claims and slices are "
+                "not known then (is the snapshot_k8s_objects schedule running?)",
+                snapshots_dir,
+                cluster,
+                snapshots_dir,
+            )
+        if spec.kubeconfig and kept is None and (claims_doc is None or slices_doc is None):
             api = _KubeApi(spec.kubeconfig)
             if claims_doc is None:
                 claims_doc, claims_src = api.list("resourceclaims"), f"{spec.kubeconfig} (resourceclaims)"
@@ -813,18 +833,24 @@ class PrometheusRawSource:
             )
         except K8sObjectError as exc:
             raise SourceError(str(exc)) from exc
-        if claims_doc is not None or slices_doc is not None:
+        if claims_doc is not None or slices_doc is not None or kept is not None:
             snapshot = {
                 "fetched_at": datetime.now(UTC).isoformat().replace("+00:00", "Z"),
                 "resourceclaims": claims_doc,
                 "resourceslices": slices_doc,
             }
+        if kept is not None:
+            # The kept snapshots are files already: their paths, for the pipeline to copy beside the raw day.
+            snapshot["snapshot_files"] = [str(f.path) for f in kept.files if f.taken_ms is not None]
+            allocations = pa.concat_tables([allocations, kept.allocations])
+            devices = pa.concat_tables([devices, kept.devices])
         self.last_k8s_snapshot = snapshot
         return allocations, devices
 
 
 class _KubeApi:
-    """resource.k8s.io lists through the official `kubernetes` client (optional dependency)."""
+    """resource.k8s.io lists through the official `kubernetes` client (optional dependency). Also what the
+    snapshot job (pipelines/k8s_snapshots.py) lists with: `snapshot` is a list with the time it was taken."""
 
     VERSIONS = ("v1", "v1beta2", "v1beta1")
 
@@ -837,16 +863,25 @@ class _KubeApi:
                 "installed: pip install kubernetes (or give claims_file/slices_file instead)"
             ) from None
         self.kubeconfig = kubeconfig
+        self.listed_at_ms: dict[str, int] = {}
         try:
             self.api = client.CustomObjectsApi(config.new_client_from_config(config_file=kubeconfig))
         except Exception as exc:  # the client raises ConfigException, OSError, yaml errors...
             raise SourceError(f"kubeconfig {kubeconfig}: cannot be loaded ({exc}); check the file") from None
+
+    def snapshot(self, plural: str) -> tuple[int, dict[str, Any]]:
+        """(taken_ms, the list): the time, epoch ms, at which the first page of the served version was asked
+        for. The API server answers a list, all its `continue` pages included, at the one resourceVersion it
+        reads when the first request arrives, so that is the moment the snapshot shows."""
+        doc = self.list(plural)
+        return self.listed_at_ms[plural], doc
 
     def list(self, plural: str) -> dict[str, Any]:
         last: Exception | None = None
         for version in self.VERSIONS:
             items: list[Any] = []
             token: str | None = None
+            asked_ms = time.time_ns() // 1_000_000
             try:
                 while True:
                     kwargs: dict[str, Any] = {"limit": 500}
@@ -866,6 +901,7 @@ class _KubeApi:
                     f"({_api_reason(exc)}); "
                     f"check access (`kubectl get {plural} -A`) and RBAC (list {plural} in resource.k8s.io)"
                 ) from None
+            self.listed_at_ms[plural] = asked_ms
             return {"apiVersion": "v1", "kind": "List", "items": items}
         raise SourceError(
             f"kubeconfig {self.kubeconfig}: the API server serves no resource.k8s.io {plural} "

@@ -87,10 +87,15 @@ def pull_raw_day(
                 if snapshot:  # keep the claims as read: template claims vanish with their pods
                     folder = warehouse.day_dir(RAW, "k8s", cluster_name, day)
                     for kind in ("resourceclaims", "resourceslices"):
-                        if snapshot.get(kind) is not None:
+                        if snapshot.get(kind) is not None:  # read at an unknown time (files, API now)
                             atomic_write_text(
                                 folder / f"{kind}.json", json.dumps(snapshot[kind], sort_keys=True)
                             )
+                    # Timed snapshots (k8s_snapshots_dir) keep their time-named files; each is copied with
+                    # its own day (the day before's come with that day), beside the day's raw rows.
+                    for kept in map(Path, snapshot.get("snapshot_files", ())):
+                        if kept.parent.name == f"day={day.isoformat()}":
+                            atomic_write_text(folder / kept.name, kept.read_text(encoding="utf-8"))
                 log(
                     f"{cluster_name} {day}: {day_tables.rows['raw_dcgm_samples']:,} DCGM and "
                     f"{day_tables.rows['raw_kube_samples']:,} kube samples"

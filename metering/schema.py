@@ -55,9 +55,23 @@ RAW_KUBE_SCHEMA = pa.schema(
 )
 
 # Columns a stored raw file may lack (written before the column existed): read as null.
-OPTIONAL_RAW_COLUMNS: dict[str, frozenset[str]] = {"raw_kube_samples": frozenset({"target"})}
+OPTIONAL_RAW_COLUMNS: dict[str, frozenset[str]] = {
+    "raw_kube_samples": frozenset({"target"}),
+    # DRA rows written before snapshots kept their time: read as of a snapshot of unknown time (R5).
+    "raw_dra_allocations": frozenset({"snapshot_ms", "created_ms"}),
+    "raw_dra_devices": frozenset({"snapshot_ms", "created_ms"}),
+}
 
-# DRA objects flattened from `kubectl get resourceclaims,resourceslices -A -o json` snapshots.
+# DRA objects flattened from `kubectl get resourceclaims,resourceslices -A -o json` snapshots, one row per
+# object as one snapshot shows it (metering/k8s_objects.py). Each row keeps the time of its snapshot, so that
+# staging can tell when an object was valid (R5: claims vanish with their pods, slices are re-published):
+# - `snapshot_ms`: when the snapshot was taken (epoch ms); null for a snapshot of unknown time (a day folder's
+#   plain resourceclaims.json, `claims_file`, the Prometheus source's read of the API), whose objects are
+#   valid for the whole window.
+# - `created_ms`: the object's `metadata.creationTimestamp` (a slice's only while its metadata.generation is
+#   1: a slice updated since may have changed its devices); null where absent.
+# A snapshot of known time also yields one marker row: `cluster` and `snapshot_ms` set, every other column
+# null (no claim_name / no device), so that an empty snapshot still says "nothing was there then".
 RAW_DRA_ALLOCATIONS_SCHEMA = pa.schema(
     [
         ("cluster", pa.string()),
@@ -71,6 +85,8 @@ RAW_DRA_ALLOCATIONS_SCHEMA = pa.schema(
         ("share_id", pa.string()),
         ("reserved_pod", pa.string()),
         ("reserved_pod_uid", pa.string()),
+        ("snapshot_ms", pa.int64()),
+        ("created_ms", pa.int64()),
     ]
 )
 
@@ -86,6 +102,8 @@ RAW_DRA_DEVICES_SCHEMA = pa.schema(
         ("parent_uuid", pa.string()),  # MIG: the physical GPU
         ("profile", pa.string()),  # MIG profile
         ("product_name", pa.string()),
+        ("snapshot_ms", pa.int64()),
+        ("created_ms", pa.int64()),
     ]
 )
 

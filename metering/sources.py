@@ -104,7 +104,8 @@ def _castable(found: pa.DataType, wanted: pa.DataType) -> bool:
 
 class ParquetRawSource:
     """Raw samples in the raw-samples schema, laid out as `<table>/cluster=<c>/day=<d>/data.parquet` with
-    Kubernetes object snapshots in `k8s/cluster=<c>/day=<d>/{resourceclaims,resourceslices}.json`."""
+    Kubernetes object snapshots in `k8s/cluster=<c>/day=<d>/`: `{resourceclaims,resourceslices}-<time>.json`
+    and, of unknown time, `{resourceclaims,resourceslices}.json` (metering/k8s_objects.py)."""
 
     def __init__(self, root: str | Path):
         self.root = Path(root)
@@ -139,32 +140,18 @@ class ParquetRawSource:
         yield RawDay(empty["raw_dcgm_samples"], empty["raw_kube_samples"], allocations, devices)
 
     def _k8s_objects(self, cluster: str, day: date) -> tuple[pa.Table, pa.Table]:
-        from metering.k8s_objects import (
-            K8sObjectError,
-            load_k8s_json,
-            parse_resource_claims,
-            parse_resource_slices,
-        )
+        """Every DRA snapshot kept for the day and the day before (`k8s/cluster=<c>/day=<d>/`, k8s_objects): the
+        time-named `resourceclaims-<time>.json` / `resourceslices-<time>.json` with their time, and the plain
+        `resourceclaims.json` / `resourceslices.json` as a snapshot of unknown time, valid for the whole
+        window (how days were kept before snapshots had a time). Staging decides when each object is valid
+        (R5)."""
+        from metering.k8s_objects import K8sObjectError, read_snapshots
 
-        claims, slices = [], []
-        for d in (day - timedelta(days=1), day):
-            folder = self.root / "k8s" / f"cluster={cluster}" / f"day={d.isoformat()}"
-            claims_file, slices_file = folder / "resourceclaims.json", folder / "resourceslices.json"
-            try:
-                if claims_file.exists():
-                    claims.append(
-                        parse_resource_claims(load_k8s_json(claims_file), cluster, str(claims_file))
-                    )
-                if slices_file.exists():
-                    slices.append(
-                        parse_resource_slices(load_k8s_json(slices_file), cluster, str(slices_file))
-                    )
-            except K8sObjectError as exc:
-                raise SourceError(str(exc)) from exc
-        return (
-            pa.concat_tables(claims) if claims else RAW_TABLES["raw_dra_allocations"].empty_table(),
-            pa.concat_tables(slices) if slices else RAW_TABLES["raw_dra_devices"].empty_table(),
-        )
+        try:
+            found = read_snapshots(self.root / "k8s", cluster, (day - timedelta(days=1), day))
+        except K8sObjectError as exc:
+            raise SourceError(str(exc)) from exc
+        return found.allocations, found.devices
 
 
 def concat_parts(parts: Iterator[RawDay]) -> RawDay:

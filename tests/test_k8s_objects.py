@@ -1,15 +1,26 @@
-"""ResourceClaim / ResourceSlice parsing: v1 and v1beta1 shapes, and one clear message for malformed input."""
+"""ResourceClaim / ResourceSlice parsing: v1 and v1beta1 shapes, snapshots with their time (R5), and one clear
+message for malformed input."""
 
 from __future__ import annotations
 
 import copy
 import json
+from datetime import date
 from pathlib import Path
 
 import pytest
 
 from metering import simulator
-from metering.k8s_objects import K8sObjectError, load_k8s_json, parse_resource_claims, parse_resource_slices
+from metering.k8s_objects import (
+    K8sObjectError,
+    load_k8s_json,
+    parse_resource_claims,
+    parse_resource_slices,
+    read_kept_snapshots,
+    snapshot_days,
+    snapshot_file_name,
+    snapshot_files,
+)
 from metering.schema import RAW_DRA_ALLOCATIONS_SCHEMA, RAW_DRA_DEVICES_SCHEMA
 
 
@@ -96,6 +107,8 @@ def test_claims_one_row_per_result_and_reserved_pod():
         "share_id": None,
         "reserved_pod": "p1",
         "reserved_pod_uid": "u1",
+        "snapshot_ms": None,  # a document of unknown time, and no creationTimestamp in it
+        "created_ms": None,
     }
     assert rows[2]["share_id"] == "s-1"
 
@@ -147,6 +160,98 @@ def test_slices_v1_and_v1beta1_basic_nesting_and_qualified_names():
     ]
     assert {(r["driver"], r["pool"], r["node"]) for r in rows} == {("gpu.nvidia.com", "node-a", "node-a")}
     assert rows[0]["product_name"] == "NVIDIA H100 80GB HBM3"
+
+
+def test_a_timed_snapshot_keeps_its_time_the_creation_time_and_a_marker_row():
+    """R5: rows of a snapshot taken at 10:00 carry snapshot_ms; a claim's creationTimestamp is created_ms;
+    one marker row (cluster and snapshot_ms only) stands for the look itself, also when it found nothing."""
+    at = 1_793_527_200_000  # 2026-11-01T10:00:00Z
+    one = claim("a")
+    one["metadata"]["creationTimestamp"] = "2026-11-01T09:58:30Z"
+    rows = parse_resource_claims(listing(one), "demo", "claims.json", snapshot_ms=at).to_pylist()
+    assert [(r["claim_name"], r["snapshot_ms"], r["created_ms"]) for r in rows] == [
+        ("a", at, at - 90_000),
+        (None, at, None),
+    ]
+    assert rows[1] == dict.fromkeys(RAW_DRA_ALLOCATIONS_SCHEMA.names) | {"cluster": "demo", "snapshot_ms": at}
+    empty = parse_resource_claims(listing(), "demo", "claims.json", snapshot_ms=at).to_pylist()
+    assert [(r["cluster"], r["claim_name"], r["snapshot_ms"]) for r in empty] == [("demo", None, at)]
+    devices = parse_resource_slices(listing(), "demo", "slices.json", snapshot_ms=at).to_pylist()
+    assert [(r["device"], r["snapshot_ms"]) for r in devices] == [(None, at)]
+
+
+def test_a_slice_counts_from_its_creation_only_while_it_is_as_created():
+    """A slice's creationTimestamp dates its devices only at metadata.generation 1 (or none given): a slice
+    updated in place (the driver re-publishing its pool) may have changed its devices since."""
+    created = "2026-11-01T00:00:00Z"
+    fresh = slice_v1([{"name": "gpu-0", "attributes": GPU_ATTRS}])
+    fresh["metadata"] |= {"creationTimestamp": created, "generation": 1}
+    updated = copy.deepcopy(fresh)
+    updated["metadata"]["generation"] = 3
+    unnumbered = copy.deepcopy(fresh)
+    del unnumbered["metadata"]["generation"]
+    table = parse_resource_slices(listing(fresh, updated, unnumbered), "demo", "slices.json")
+    midnight = 1_793_491_200_000
+    assert table.column("created_ms").to_pylist() == [midnight, None, midnight]
+    bad = copy.deepcopy(fresh)
+    bad["metadata"]["generation"] = "1"
+    with pytest.raises(
+        K8sObjectError, match=r"items\[0\]\.metadata\.generation: expected an integer, got string"
+    ):
+        parse_resource_slices(listing(bad), "demo", "slices.json")
+
+
+@pytest.mark.parametrize(
+    ("stamp", "problem"),
+    [("2026-11-01T10:00:00", "is \"2026-11-01T10:00:00\", expected an RFC 3339 time with its zone"),
+     (1793527200, "expected an RFC 3339 time string, got number")],
+)  # fmt: skip
+def test_a_bad_creation_timestamp_names_its_path(stamp, problem):
+    doc = claim("a")
+    doc["metadata"]["creationTimestamp"] = stamp
+    with pytest.raises(K8sObjectError) as err:
+        parse_resource_claims(listing(doc), "demo", "claims.json")
+    assert str(err.value).startswith(f"claims.json: items[0].metadata.creationTimestamp: {problem}")
+
+
+def test_snapshot_files_of_a_day_folder_oldest_first(tmp_path):
+    """Time-named files (basic or extended ISO 8601, to the millisecond) with their time; the plain file of
+    unknown time first; temp files of a write in progress and other files are left alone."""
+    for name in (
+        "resourceslices-20261101T100000Z.json",
+        "resourceclaims-2026-11-01T09:55:00.5Z.json",
+        "resourceclaims-20261101T100000.123Z.json",
+        "resourceclaims.json",
+        ".resourceclaims-20261101T100500.000Z.json.4242.tmp",
+        "notes.txt",
+    ):
+        (tmp_path / name).write_text("{}")
+    found = [(f.path.name, f.kind, f.taken_ms) for f in snapshot_files(tmp_path)]
+    ten = 1_793_527_200_000
+    assert found == [
+        ("resourceclaims.json", "resourceclaims", None),
+        ("resourceclaims-2026-11-01T09:55:00.5Z.json", "resourceclaims", ten - 300_000 + 500),
+        ("resourceslices-20261101T100000Z.json", "resourceslices", ten),
+        ("resourceclaims-20261101T100000.123Z.json", "resourceclaims", ten + 123),
+    ]
+    assert snapshot_file_name("resourceclaims", ten + 123) == "resourceclaims-20261101T100000.123Z.json"
+    (tmp_path / "resourceclaims-yesterday.json").write_text("{}")
+    with pytest.raises(K8sObjectError, match=r"resourceclaims-yesterday\.json: not a snapshot name"):
+        snapshot_files(tmp_path)
+
+
+def test_read_snapshots_names_a_missing_folder_and_the_day_folders_it_reads(tmp_path):
+    with pytest.raises(K8sObjectError) as err:
+        read_kept_snapshots(tmp_path / "nope", "demo", 0, 1)
+    assert str(err.value).startswith(f"snapshot folder {tmp_path / 'nope'} does not exist")
+    assert "create it" in str(err.value) and "snapshot_k8s_objects" in str(err.value)
+    day = 1_793_491_200_000  # 2026-11-01T00:00:00Z
+    assert snapshot_days(day - 600_000, day + 86_400_000) == [
+        date(2026, 10, 30),
+        date(2026, 10, 31),
+        date(2026, 11, 1),
+    ]
+    assert snapshot_days(day, day + 86_400_000) == [date(2026, 10, 31), date(2026, 11, 1)]
 
 
 def test_simulator_snapshots_parse(tmp_path):
