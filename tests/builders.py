@@ -207,23 +207,34 @@ class FactoryBuilder:
         device: str,
         reserved_pod: str,
         driver: str = "gpu.nvidia.com",
+        seen: list[int] | None = None,
+        unseen: tuple[int, ...] | list[int] = (),
+        created: int | None = None,
     ) -> FactoryBuilder:
-        """A ResourceClaim allocation result (driver, pool, device) reserved for one pod."""
-        self._claims.append(
-            {
-                "cluster": self.cluster,
-                "claim_namespace": namespace,
-                "claim_name": name,
-                "claim_uid": f"uid-{name}",
-                "request": "gpu",
-                "driver": driver,
-                "pool": pool,
-                "device": device,
-                "share_id": None,
-                "reserved_pod": reserved_pod,
-                "reserved_pod_uid": f"uid-{reserved_pod}",
-            }
-        )
+        """A ResourceClaim allocation result (driver, pool, device) reserved for one pod. Without `seen` it is
+        in a snapshot of unknown time (valid all day, as before snapshots had a time); with `seen`, in the
+        snapshots taken at those sample indices, and `unseen` are snapshots taken that do not show it (their
+        marker rows). `created`: its creationTimestamp, a sample index."""
+        row = {
+            "cluster": self.cluster,
+            "claim_namespace": namespace,
+            "claim_name": name,
+            "claim_uid": f"uid-{name}",
+            "request": "gpu",
+            "driver": driver,
+            "pool": pool,
+            "device": device,
+            "share_id": None,
+            "reserved_pod": reserved_pod,
+            "reserved_pod_uid": f"uid-{reserved_pod}",
+            "created_ms": None if created is None else self.ts(created),
+        }
+        # One row per snapshot showing it (one of unknown time without `seen`), one marker row per `unseen`.
+        shown = [
+            {**row, "snapshot_ms": None if i is None else self.ts(i)}
+            for i in ([None] if seen is None else seen)
+        ]
+        self._claims.extend(shown + [{"cluster": self.cluster, "snapshot_ms": self.ts(i)} for i in unseen])
         return self
 
     def slice_device(
@@ -236,23 +247,31 @@ class FactoryBuilder:
         profile: str | None = None,
         node: str | None = None,
         driver: str = "gpu.nvidia.com",
+        seen: list[int] | None = None,
+        unseen: tuple[int, ...] | list[int] = (),
+        created: int | None = None,
     ) -> FactoryBuilder:
-        """A ResourceSlice device: a whole GPU (`uuid`) or a MIG device (`parent_uuid` + `profile`)."""
+        """A ResourceSlice device: a whole GPU (`uuid`) or a MIG device (`parent_uuid` + `profile`). `seen`,
+        `unseen` and `created` (its slice's creationTimestamp) as for `claim`."""
         mig = parent_uuid is not None
-        self._slices.append(
-            {
-                "cluster": self.cluster,
-                "driver": driver,
-                "pool": pool,
-                "node": node or pool,
-                "device": device,
-                "device_type": "mig" if mig else "gpu",
-                "uuid": uuid or (f"MIG-{device}" if mig else None),
-                "parent_uuid": parent_uuid,
-                "profile": profile,
-                "product_name": None,
-            }
-        )
+        row = {
+            "cluster": self.cluster,
+            "driver": driver,
+            "pool": pool,
+            "node": node or pool,
+            "device": device,
+            "device_type": "mig" if mig else "gpu",
+            "uuid": uuid or (f"MIG-{device}" if mig else None),
+            "parent_uuid": parent_uuid,
+            "profile": profile,
+            "product_name": None,
+            "created_ms": None if created is None else self.ts(created),
+        }
+        shown = [
+            {**row, "snapshot_ms": None if i is None else self.ts(i)}
+            for i in ([None] if seen is None else seen)
+        ]
+        self._slices.extend(shown + [{"cluster": self.cluster, "snapshot_ms": self.ts(i)} for i in unseen])
         return self
 
     def build(self) -> RawDay:

@@ -51,10 +51,27 @@ unlabelled_samples as (
     anti join labelled_holders as l on l.device_id = d.device_id and l.ts_ms = d.ts_ms
 ),
 claim_candidates as (
-    select u.ts_ms, u.device_id, a.claim_namespace as namespace, a.reserved_pod as pod, a.reserved_pod_uid as pod_uid
+    -- R5: a pod-less device sample -> the slice device it is then -> the claim results on that device valid
+    -- then -> their reserved pods. Each slice device and claim result is used only for the samples with
+    -- valid_from_ms <= ts_ms < valid_until_ms (null = unbounded; stg_dra_*): claims and slices change during
+    -- a day, and each is used for the time it was valid.
+    select
+        u.ts_ms,
+        u.device_id,
+        a.claim_namespace as namespace,
+        a.reserved_pod as pod,
+        a.reserved_pod_uid as pod_uid
     from unlabelled_samples as u
-    join int_dra_device_map as m on m.device_id = u.device_id
-    join stg_dra_allocations as a on a.driver = m.driver and a.pool = m.pool and a.device = m.device
+    join int_dra_device_map as m
+        on m.device_id = u.device_id
+        and (m.valid_from_ms is null or u.ts_ms >= m.valid_from_ms)
+        and (m.valid_until_ms is null or u.ts_ms < m.valid_until_ms)
+    join stg_dra_allocations as a
+        on a.driver = m.driver
+        and a.pool = m.pool
+        and a.device = m.device
+        and (a.valid_from_ms is null or u.ts_ms >= a.valid_from_ms)
+        and (a.valid_until_ms is null or u.ts_ms < a.valid_until_ms)
 ),
 claim_holders as (
     -- A claim holds its device only while its pod is Running (R5): the pod of the claim's reservedFor uid,

@@ -1,27 +1,90 @@
--- Which ResourceSlice device each pod-less DCGM device is (R5): a whole GPU by its uuid, a MIG instance
--- by parentUUID + profile. Two instances of one profile on one GPU are told apart by pairing the slices'
--- device names and the instances' GPU_I_IDs in order (documented in docs/accounting.md).
-with devices as (
-    select distinct
-        uuid,
-        gpu_i_id,
-        device_id,
-        mig_profile,
-        row_number() over (
-            partition by uuid, mig_profile order by try_cast(gpu_i_id as integer), gpu_i_id
-        ) as rank_in_profile
-    from (select distinct uuid, gpu_i_id, device_id, mig_profile from int_device_samples)
+-- Which ResourceSlice device each pod-less DCGM device is, and when (R5): one row per (device, slice device,
+-- span [valid_from_ms, valid_until_ms), null = unbounded). A whole GPU is every slice device naming its
+-- uuid, while that slice device is valid. A MIG instance is found by parentUUID + profile; two instances of
+-- one profile on one GPU are told apart by pairing the slice devices' names and the instances' GPU_I_IDs in
+-- order (docs/accounting.md R5), per slice version: the day of a (GPU, profile) is cut where any of its
+-- slice devices starts or stops being valid, and in each piece the slice devices valid then are paired
+-- with the instances that have samples then, so a slice re-published with new names after a re-partition
+-- is paired afresh, never ranked together with the names it replaced.
+with whole_gpus as (
+    select d.device_id, s.driver, s.pool, s.device, s.valid_from_ms, s.valid_until_ms
+    from (select distinct device_id, uuid from int_device_samples where gpu_i_id is null) as d
+    join stg_dra_devices as s on s.gpu_uuid = d.uuid and s.device_type <> 'mig'
 ),
-slice_devices as (
+mig_slices as (
+    select * from stg_dra_devices where device_type = 'mig' and gpu_uuid is not null and mig_profile is not null
+),
+bounds as (
+    select gpu_uuid, mig_profile, valid_from_ms as at_ms from mig_slices where valid_from_ms is not null
+    union
+    select gpu_uuid, mig_profile, valid_until_ms as at_ms from mig_slices where valid_until_ms is not null
+),
+pieces as (
+    -- Consecutive pieces [from_ms, until_ms) covering all time (null = unbounded), per (GPU, profile):
+    -- within one, the same slice devices are valid throughout. from_key orders them (-2^63 for the first).
+    select
+        gpu_uuid,
+        mig_profile,
+        lag(at_ms) over (partition by gpu_uuid, mig_profile order by at_ms) as from_ms,
+        at_ms as until_ms
+    from bounds
+    union all
+    select gpu_uuid, mig_profile, max(at_ms) as from_ms, null as until_ms from bounds group by all
+    union all
+    select distinct m.gpu_uuid, m.mig_profile, null as from_ms, null as until_ms
+    from mig_slices as m
+    anti join bounds as b on b.gpu_uuid = m.gpu_uuid and b.mig_profile = m.mig_profile
+),
+keyed_pieces as (
+    select *, coalesce(from_ms, -9223372036854775808) as from_key from pieces
+),
+slice_ranks as (
+    select
+        gpu_uuid,
+        mig_profile,
+        from_key,
+        from_ms,
+        until_ms,
+        driver,
+        pool,
+        device,
+        row_number() over (partition by gpu_uuid, mig_profile, from_key order by pool, device) as rank_in_profile
+    from (
+        select distinct p.gpu_uuid, p.mig_profile, p.from_key, p.from_ms, p.until_ms, s.driver, s.pool, s.device
+        from keyed_pieces as p
+        join mig_slices as s
+            on s.gpu_uuid = p.gpu_uuid
+            and s.mig_profile = p.mig_profile
+            and (s.valid_from_ms is null or s.valid_from_ms <= p.from_ms)
+            and (s.valid_until_ms is null or s.valid_until_ms >= p.until_ms)
+    )
+),
+instance_ranks as (
+    -- The MIG instances of DRA GPUs with samples in each piece, in GPU_I_ID order.
     select
         *,
-        row_number() over (partition by gpu_uuid, mig_profile order by pool, device) as rank_in_profile
-    from stg_dra_devices
+        row_number() over (
+            partition by uuid, mig_profile, from_key order by try_cast(gpu_i_id as integer), gpu_i_id
+        ) as rank_in_profile
+    from (
+        select distinct d.uuid, d.mig_profile, d.gpu_i_id, d.device_id, p.from_key
+        from (
+            select d.ts_ms, d.uuid, d.mig_profile, d.gpu_i_id, d.device_id
+            from int_device_samples as d
+            semi join mig_slices as m on m.gpu_uuid = d.uuid and m.mig_profile = d.mig_profile
+            where d.gpu_i_id is not null
+        ) as d
+        asof join keyed_pieces as p
+            on p.gpu_uuid = d.uuid and p.mig_profile = d.mig_profile and d.ts_ms >= p.from_key
+    )
 )
-select d.device_id, s.driver, s.pool, s.device
-from devices as d
-join slice_devices as s
-    on s.gpu_uuid = d.uuid
-    and s.mig_profile is not distinct from d.mig_profile
-    and ((s.device_type = 'mig') = (d.gpu_i_id is not null))
-    and s.rank_in_profile = d.rank_in_profile
+select device_id, driver, pool, device, valid_from_ms, valid_until_ms
+from whole_gpus
+union all
+select i.device_id, s.driver, s.pool, s.device, s.from_ms as valid_from_ms, s.until_ms as valid_until_ms
+from instance_ranks as i
+join slice_ranks as s
+    on s.gpu_uuid = i.uuid
+    and s.mig_profile = i.mig_profile
+    and s.from_key = i.from_key
+    and s.rank_in_profile = i.rank_in_profile
