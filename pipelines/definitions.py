@@ -20,6 +20,7 @@ from dagster import (
 from metering.config import load_config
 from pipelines.assets import build_day_assets
 from pipelines.billing_assets import BILLING_ASSETS
+from pipelines.k8s_snapshots import k8s_snapshot_definitions
 from pipelines.partitions import cluster_day_partitions
 from pipelines.resources import GpumeterConfigResource
 from pipelines.schedules import build_schedules
@@ -39,7 +40,10 @@ invoice_month_job = define_asset_job(
 
 def build_definitions(config_path: str | os.PathLike[str]) -> Definitions:
     path = str(Path(config_path).resolve())
-    clusters = [cluster.name for cluster in load_config(path).clusters]
+    config = load_config(path)
+    clusters = [cluster.name for cluster in config.clusters]
+    # DRA snapshots every few minutes, for the clusters that keep them from their kubeconfig (R5).
+    snapshot_jobs, snapshot_schedules = k8s_snapshot_definitions(config)
     day_assets = build_day_assets(cluster_day_partitions(clusters))
     meter_day_job = define_asset_job(
         METER_DAY_JOB,
@@ -48,8 +52,8 @@ def build_definitions(config_path: str | os.PathLike[str]) -> Definitions:
     )
     return Definitions(
         assets=[*day_assets, *BILLING_ASSETS],
-        jobs=[meter_day_job, invoice_month_job],
-        schedules=build_schedules(meter_day_job, invoice_month_job, clusters),
+        jobs=[meter_day_job, invoice_month_job, *snapshot_jobs],
+        schedules=[*build_schedules(meter_day_job, invoice_month_job, clusters), *snapshot_schedules],
         resources={"gpumeter": GpumeterConfigResource(config_path=path)},
     )
 

@@ -1,20 +1,26 @@
 """The kubeconfig path of the Prometheus source (R5): ResourceClaims and ResourceSlices listed with the
 official `kubernetes` client from a real HTTP server on 127.0.0.1 that answers the `resource.k8s.io/v1`
-list endpoints (token auth, paging), snapshotted per fetch; a 403 and a 500 give one clear SourceError."""
+list endpoints (token auth, paging), snapshotted per fetch; a 403 and a 500 give one clear SourceError. The
+snapshot job (pipelines/k8s_snapshots.py) run in a Dagster instance against the same server keeps timed
+snapshots that the source reads (R5)."""
 
 from __future__ import annotations
 
 import json
 import threading
+import time
 from collections.abc import Callable, Iterator
+from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlparse
 
 # The kubeconfig path needs the `kubernetes` package: pinned in requirements.lock, so its absence fails here.
+import duckdb
 import kubernetes  # noqa: F401
 import pytest
+from dagster import DagsterInstance, build_schedule_context
 
 from metering import simulator
 from metering.config import PrometheusSource
@@ -205,3 +211,160 @@ def test_an_unreadable_kubeconfig_is_one_clear_error(tmp_path: Path) -> None:
     bad.write_text("clusters: [", encoding="utf-8")
     with pytest.raises(SourceError, match="cannot be loaded"):
         _source(bad).fetch_day("k8s", DAY, 0)
+
+
+# --- DRA snapshots over time (R5): the snapshot job, against the same API server ---------------------
+
+
+def _snapshot_config(tmp_path: Path, kubeconfig: Path, snapshots: Path) -> Path:
+    doc = {
+        "clusters": [
+            {
+                "name": "k8s",
+                "source": {
+                    "kind": "prometheus",
+                    "url": "http://127.0.0.1:9",
+                    "kubeconfig": str(kubeconfig),
+                    "k8s_snapshots_dir": str(snapshots),
+                },
+            }
+        ],
+        "scrape_interval_seconds": 60,
+        "rate_card": {"models": [{"model": "H100-80GB", "price_per_gpu_hour": 3.6}]},
+        "warehouse": {"path": str(tmp_path / "warehouse")},
+    }
+    path = tmp_path / "config.yaml"
+    path.write_text(json.dumps(doc), encoding="utf-8")
+    return path
+
+
+def _iso_ms(ms: int) -> str:
+    return datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def test_the_api_snapshot_is_timed_by_its_first_request(api: ApiServer, tmp_path: Path) -> None:
+    from metering.prometheus import _KubeApi
+
+    before = _now_ms()
+    taken, doc = _KubeApi(str(_kubeconfig(tmp_path / "kubeconfig", api.url))).snapshot("resourceclaims")
+    after = _now_ms()
+    assert before <= taken <= after and doc["kind"] == "List" and len(doc["items"]) > 1
+
+
+def test_the_snapshot_job_keeps_timed_snapshots_idempotently_and_the_source_reads_them(
+    api: ApiServer, objects: dict[str, dict[str, Any]], tmp_path: Path
+) -> None:
+    """The schedule's tick -> one run of snapshot_k8s_objects in a Dagster instance: both kinds listed from
+    the API server and written as `<kind>-<time>.json` in the cluster's day folder. The same tick again
+    writes nothing and asks the server nothing. A claim deleted before the next tick is in the first
+    snapshot only: the Prometheus source reads both snapshots with their times, and staging ends the claim
+    at the second (stg_dra_allocations run on the rows read)."""
+    from metering.k8s_objects import snapshot_files
+    from pipelines.definitions import build_definitions
+    from pipelines.k8s_snapshots import SNAPSHOT_JOB, SNAPSHOT_SCHEDULE
+
+    snapshots = tmp_path / "snapshots"
+    snapshots.mkdir()
+    kubeconfig = _kubeconfig(tmp_path / "kubeconfig", api.url)
+    defs = build_definitions(_snapshot_config(tmp_path, kubeconfig, snapshots))
+    job = defs.resolve_job_def(SNAPSHOT_JOB)
+    tick = datetime.now(UTC) - timedelta(seconds=1)  # its 5-minute slot is now
+    with build_schedule_context(scheduled_execution_time=tick) as context:
+        request = defs.resolve_schedule_def(SNAPSHOT_SCHEDULE)(context)
+    assert request.run_key == f"k8s-snapshot-{tick.isoformat().replace('+00:00', 'Z')}"
+
+    def kept() -> list[tuple[str, int | None]]:
+        return [
+            (f.kind, f.taken_ms)
+            for d in sorted(snapshots.glob("cluster=k8s/day=*"))
+            for f in snapshot_files(d)
+        ]
+
+    with DagsterInstance.ephemeral() as instance:
+        before = _now_ms()
+        assert job.execute_in_process(run_config=request.run_config, instance=instance).success
+        first = kept()
+        assert sorted(kind for kind, _ in first) == ["resourceclaims", "resourceslices"]
+        assert all(before <= taken <= _now_ms() for _, taken in first)
+        asked = len(api.requests)
+        assert job.execute_in_process(run_config=request.run_config, instance=instance).success
+        assert kept() == first and len(api.requests) == asked  # idempotent: nothing listed, nothing written
+
+        gone = objects["resourceclaims"]["items"].pop(0)  # deleted with its pod
+        try:
+            next_tick = {
+                "ops": {"take_k8s_snapshots": {"config": {"tick": _iso_ms(max(t for _, t in first) + 1)}}}
+            }
+            assert job.execute_in_process(run_config=next_tick, instance=instance).success
+        finally:
+            objects["resourceclaims"]["items"].insert(0, gone)
+    claim_times = sorted(t for kind, t in kept() if kind == "resourceclaims")
+    assert len(claim_times) == 2 and len(kept()) == 4
+    written = sorted(snapshots.glob("cluster=k8s/day=*/resourceclaims-*.json"))
+    assert json.loads(written[0].read_text())["items"] == objects["resourceclaims"]["items"]
+    assert not list(snapshots.glob("cluster=k8s/day=*/.*"))  # no temp file left
+
+    spec = PrometheusSource(
+        url="http://127.0.0.1:9", kubeconfig=str(kubeconfig), k8s_snapshots_dir=str(snapshots)
+    )
+    src = PrometheusRawSource(spec, "k8s", dcgm_metrics=(), kube_metrics=())
+    asked = len(api.requests)
+    raw = src.fetch_window("k8s", claim_times[0] - 3_600_000, claim_times[1] + 3_600_000)
+    assert len(api.requests) == asked  # with a snapshot folder, the source never lists the API itself
+    claims = raw.dra_allocations.to_pylist()
+    name = gone["metadata"]["name"]
+    assert sorted(r["snapshot_ms"] for r in claims if r["claim_name"] == name) == [claim_times[0]]
+    assert sorted(r["snapshot_ms"] for r in claims if r["claim_name"] is None) == claim_times  # markers
+    assert sorted(src.last_k8s_snapshot["snapshot_files"]) == [
+        str(p) for p in sorted(snapshots.glob("cluster=k8s/day=*/*.json"))
+    ]
+
+    con = duckdb.connect()
+    con.execute("set variable cluster = 'k8s'")
+    con.register("raw_dra_allocations", raw.dra_allocations)
+    sql = (Path(__file__).resolve().parent.parent / "sql" / "staging" / "stg_dra_allocations.sql").read_text()
+    spans = {(r[0], r[1]) for r in con.execute(f"select claim_name, valid_until_ms from ({sql})").fetchall()}  # noqa: S608
+    others = {i["metadata"]["name"] for i in objects["resourceclaims"]["items"]} - {name}
+    assert spans == {(name, claim_times[1])} | {(other, None) for other in others}
+
+
+def test_the_snapshot_job_needs_its_folder_and_says_so(api: ApiServer, tmp_path: Path) -> None:
+    from pipelines.definitions import build_definitions
+    from pipelines.k8s_snapshots import SNAPSHOT_JOB
+
+    missing = tmp_path / "snapshots"
+    defs = build_definitions(
+        _snapshot_config(tmp_path, _kubeconfig(tmp_path / "kubeconfig", api.url), missing)
+    )
+    with DagsterInstance.ephemeral() as instance:
+        result = defs.resolve_job_def(SNAPSHOT_JOB).execute_in_process(
+            instance=instance, raise_on_error=False
+        )
+    assert not result.success
+    failure = result.failure_data_for_node("take_k8s_snapshots")
+    assert failure is not None and f"snapshot folder {missing}" in str(failure.error.message)
+    assert "does not exist: create it" in str(failure.error.message) and not missing.exists()
+    assert api.requests == []
+
+
+def test_a_missing_snapshot_folder_stops_the_source_naming_it(tmp_path: Path) -> None:
+    spec = PrometheusSource(url="http://127.0.0.1:9", k8s_snapshots_dir=str(tmp_path / "nope"))
+    src = PrometheusRawSource(spec, "k8s", dcgm_metrics=(), kube_metrics=())
+    with pytest.raises(
+        SourceError, match=r"snapshot folder .*nope does not exist \(k8s_snapshots_dir\): create it"
+    ):
+        src.fetch_day("k8s", DAY, 0)
+
+
+def test_without_snapshot_settings_no_snapshot_job_is_defined(tmp_path: Path) -> None:
+    from pipelines.definitions import build_definitions
+    from pipelines.k8s_snapshots import SNAPSHOT_JOB
+
+    config = _snapshot_config(tmp_path, tmp_path / "kubeconfig", tmp_path)
+    config.write_text(config.read_text().replace(f', "k8s_snapshots_dir": "{tmp_path}"', ""))
+    defs = build_definitions(config)
+    assert SNAPSHOT_JOB not in {j.name for j in defs.resolve_all_job_defs()}
