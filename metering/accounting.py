@@ -19,6 +19,8 @@ import warnings
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta
+from decimal import ROUND_HALF_EVEN, Decimal
+from fractions import Fraction
 from functools import cache
 from graphlib import TopologicalSorter
 from pathlib import Path
@@ -34,6 +36,7 @@ from metering.warehouse import duckdb_paths
 
 SQL_DIR = Path(__file__).resolve().parent.parent / "sql"
 LAYERS = ("staging", "intermediate", "marts")
+MACROS = SQL_DIR / "macros.sql"  # expressions the models share, created before they run
 
 
 class AccountingError(RuntimeError):
@@ -153,6 +156,32 @@ def lineage_deps(model: Model) -> tuple[str, ...]:
     return tuple(sorted(deps))
 
 
+# --- exact money -----------------------------------------------------------------------------
+# R12: no per-sample term may be truncated. Money is counted in integer units of 1/U of the currency, with
+# U = MONEY_UNITS_BASE × the day's least common multiple of its share denominators (int_money_scale), so that
+# every term is an integer: Δ in ms × 1,000 × price in 1e-8 × weight in 56ths × share. MONEY_UNITS_BASE:
+# 3,600,000 ms an hour × 1,000 (energy counters are in mJ) × 10^8 (prices are read to 8 decimals) × 56 (a
+# weight is k/7 or k/8 of a GPU).
+PRICE_SCALE = 10**8
+WEIGHT_SCALE = 56
+MONEY_UNITS_BASE = 3_600_000 * 1_000 * PRICE_SCALE * WEIGHT_SCALE
+
+
+def price_units(price: float | None) -> int | None:
+    """A configured price in 1e-8 of the currency: the decimal the user wrote (a float's shortest text)."""
+    if price is None:
+        return None
+    return int((Decimal(repr(float(price))) * PRICE_SCALE).to_integral_value(ROUND_HALF_EVEN))
+
+
+def weight_units(weight: float) -> int:
+    """A weight (R3: 1, k/7 or k/8 of a GPU) in 56ths, exactly."""
+    exact = Fraction(weight).limit_denominator(WEIGHT_SCALE)
+    if WEIGHT_SCALE % exact.denominator:
+        raise AccountingError(f"weight {weight} is not a whole number of 7ths or 8ths of a GPU")
+    return exact.numerator * (WEIGHT_SCALE // exact.denominator)
+
+
 # --- Python models ---------------------------------------------------------------------------
 
 
@@ -175,6 +204,9 @@ def _device_classes(con: duckdb.DuckDBPyConnection, config: Config) -> pa.Table:
             "weight",
             "gpu_price_per_hour",
             "device_price_per_hour",
+            "weight_units",
+            "gpu_price_units",
+            "device_price_units",
         )
     }
     for (model, profile), node in sorted(pairs.items(), key=lambda kv: (kv[0][0] or "", kv[0][1] or "")):
@@ -193,6 +225,10 @@ def _device_classes(con: duckdb.DuckDBPyConnection, config: Config) -> pa.Table:
         rows["weight"].append(cls.weight)
         rows["gpu_price_per_hour"].append(cls.gpu_price_per_hour)
         rows["device_price_per_hour"].append(cls.device_price_per_hour)
+        rows["weight_units"].append(weight_units(cls.weight))
+        rows["gpu_price_units"].append(price_units(cls.gpu_price_per_hour))
+        # Only a MIG profile's own price stands as the device's price; else it is weight × the GPU's.
+        rows["device_price_units"].append(price_units(cls.price_override))
     schema = pa.schema(
         [
             ("model_name", pa.string()),
@@ -202,6 +238,9 @@ def _device_classes(con: duckdb.DuckDBPyConnection, config: Config) -> pa.Table:
             ("weight", pa.float64()),
             ("gpu_price_per_hour", pa.float64()),
             ("device_price_per_hour", pa.float64()),
+            ("weight_units", pa.int64()),
+            ("gpu_price_units", pa.int64()),
+            ("device_price_units", pa.int64()),
         ]
     )
     return pa.table(rows, schema=schema)
@@ -228,7 +267,9 @@ def _holder_tenants(con: duckdb.DuckDBPyConnection, config: Config) -> pa.Table:
         labels = {k: str(v) for k, v in json.loads(labels_json).items()} if labels_json else {}
         match = resolve_tenant(config, namespace, labels)
         for column, value in zip(
-            rows, (namespace, pod, from_ms, until_ms, match.tenant, match.cost_center, match.rule), strict=True
+            rows,
+            (namespace, pod, from_ms, until_ms, match.tenant, match.cost_center, match.rule),
+            strict=True,
         ):
             rows[column].append(value)
     schema = pa.schema(
@@ -277,6 +318,14 @@ def _set_variables(con: duckdb.DuckDBPyConnection, config: Config, cluster: str,
             config.tariff, f"{config.hybrid.reserved_fraction if config.hybrid else 1:.6f}"
         ),
         "energy_price_per_kwh": config.rate_card.energy_price_per_kwh,
+        "energy_price_units": price_units(config.rate_card.energy_price_per_kwh) or 0,
+        "scrape_ms": config.scrape_interval_seconds * 1000,
+        "weight_scale": WEIGHT_SCALE,
+        "money_units_base": str(MONEY_UNITS_BASE),  # beyond BIGINT: cast to HUGEINT in SQL
+        # hybrid's reserved fraction in millionths (config allows 6 decimals), exact.
+        "reserved_millionths": {"reserved": 1_000_000, "used": 0}.get(
+            config.tariff, round((config.hybrid.reserved_fraction if config.hybrid else 1) * 1_000_000)
+        ),
         # Kueue ClusterQueue -> tenant (Tenant.kueue_cluster_queues), as two parallel lists for
         # mart_queue_quota_usage.
         "kueue_queues": [q for t in config.tenants for q in t.kueue_cluster_queues],
@@ -335,6 +384,7 @@ def meter_day(
             con.execute("set temp_directory = ?", [str(temp_directory)])
         _load_raw(con, raw)
         _set_variables(con, config, cluster, day)
+        con.execute(MACROS.read_text(encoding="utf-8"))
         if profile_dir is not None:
             profile_dir.mkdir(parents=True, exist_ok=True)
             con.execute("set enable_profiling = 'json'")
@@ -488,7 +538,8 @@ def _identifier(name: str) -> str:
 
 def _optional_columns(schema: pa.Schema) -> frozenset[str]:
     return next(
-        (OPTIONAL_RAW_COLUMNS.get(n, frozenset()) for n, s in RAW_TABLES.items() if s.equals(schema)), frozenset()
+        (OPTIONAL_RAW_COLUMNS.get(n, frozenset()) for n, s in RAW_TABLES.items() if s.equals(schema)),
+        frozenset(),
     )
 
 

@@ -72,6 +72,7 @@ class DeviceClass:
     device_price_per_hour: (
         float | None
     )  # this device's price per device-hour (weight × GPU price, or override)
+    price_override: float | None = None  # a MIG profile's own price per instance-hour, when configured
 
 
 def _families(config: Config) -> list[MigFamily]:
@@ -161,4 +162,6 @@ def resolve_device_class(
     if override is None and rate is not None:
         override = rate.mig_profiles.get(mig_profile.removesuffix("+me"))
     device_price = override if override is not None else (None if gpu_price is None else weight * gpu_price)
-    return DeviceClass(model_name, gpu_model, mig_profile, compute, memory, weight, gpu_price, device_price)
+    return DeviceClass(
+        model_name, gpu_model, mig_profile, compute, memory, weight, gpu_price, device_price, override
+    )

@@ -94,14 +94,31 @@ shares as (
     select
         h.*,
         count(*) over (partition by h.device_id, h.ts_ms) as holder_count,
-        f.requested_fraction,
+        -- Declared fractions in millionths, so that a share is an exact ratio of integers (R12).
+        round(f.requested_fraction * 1000000)::bigint as requested_millionths,
         -- share: requested applies only where every holder of the sample declared a fraction.
         count(f.requested_fraction) over (partition by h.device_id, h.ts_ms) = count(*) over (
             partition by h.device_id, h.ts_ms
         ) as all_declared,
-        sum(f.requested_fraction) over (partition by h.device_id, h.ts_ms) as declared_sum
+        sum(round(f.requested_fraction * 1000000)::bigint) over (partition by h.device_id, h.ts_ms)
+            as declared_millionths
     from holders as h
     left join stg_kube_pod_gpu_fractions as f on f.namespace = h.namespace and f.pod = h.pod
+),
+exact_shares as (
+    -- R6: 1/n by default; by declared fractions under share: requested (as declared when they fit in the
+    -- device, in proportion when it is over-committed). Σ share ≤ 1 either way. A share is
+    -- share_numerator / share_denominator, exactly.
+    select
+        *,
+        case when getvariable('share') = 'requested' and all_declared then requested_millionths else 1 end
+            as share_numerator,
+        case
+            when getvariable('share') = 'requested' and all_declared
+                then greatest(declared_millionths, 1000000)
+            else holder_count
+        end as share_denominator
+    from shares
 )
 select
     ts_ms,
@@ -111,11 +128,7 @@ select
     container,
     holder_source,
     holder_count,
-    -- R6: 1/n by default; by declared fractions under share: requested (as declared when they fit in the
-    -- device, in proportion when it is over-committed). Σ share ≤ 1 either way.
-    case
-        when getvariable('share') = 'requested' and all_declared
-            then requested_fraction / greatest(declared_sum, 1.0)
-        else 1.0 / holder_count
-    end as share
-from shares
+    share_numerator,
+    share_denominator,
+    share_numerator / share_denominator as share
+from exact_shares

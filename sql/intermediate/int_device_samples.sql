@@ -40,13 +40,23 @@ select
     -- R8: the rate card's device price (weight × GPU price, or a MIG profile's own), else weight × the
     -- node's OpenCost price at the sample.
     coalesce(c.device_price_per_hour, c.weight * g.gpu_price_per_hour) as device_price_per_hour,
+    -- The same price exactly (R12): `price_units` (1e-8 of the currency per hour) × `price_weight_units`
+    -- (56ths) is the device's price per device-hour × 56.
+    coalesce(c.device_price_units, g.gpu_price_units) as price_units,
+    case when c.device_price_units is not null then getvariable('weight_scale') else c.weight_units end
+        as price_weight_units,
+    c.weight_units,
     -- R10: GR_ENGINE_ACTIVE where present, else GPU_UTIL / 100; clamped to [0, 1].
     least(greatest(coalesce(d.gr_engine_active, d.gpu_util_pct / 100.0), 0.0), 1.0) as busy,
+    -- busy read to 6 decimals, so that busy-weighted money is a ratio of integers (R12).
+    round(least(greatest(coalesce(d.gr_engine_active, d.gpu_util_pct / 100.0), 0.0), 1.0) * 1000000)::bigint
+        as busy_millionths,
     -- R10: a MIG instance that reports no frame buffer of its own takes its GPU's, apportioned by weight.
     coalesce(d.fb_used_mib, case when d.gpu_i_id is not null then g.gpu_fb_used_mib * c.weight end) as fb_used_mib,
     coalesce(d.copies_disagree, false) as copies_disagree,
     g.unhealthy,
     g.energy_joules * c.weight as energy_joules,
+    g.energy_mj,
     u.node is not null as unschedulable
 from device_samples as d
 -- The GPU's mode at this sample decides what its devices are (R3).

@@ -51,7 +51,9 @@ priced as (
     -- change during the day is time-weighted. A null price stops the run (accounting._require_prices).
     select
         e.*,
-        coalesce(c.gpu_price_per_hour, p.gpu_price_per_hour) as gpu_price_per_hour
+        coalesce(c.gpu_price_per_hour, p.gpu_price_per_hour) as gpu_price_per_hour,
+        -- The same price in 1e-8 of the currency (R12: exact money, accounting.price_units).
+        coalesce(c.gpu_price_units, round(p.gpu_price_per_hour * 100000000)::bigint) as gpu_price_units
     from energy_deltas as e
     join int_device_classes as c on c.model_name = e.model_name and c.mig_profile is null
     -- Spans are disjoint per node: a sample meets at most one.
@@ -67,13 +69,21 @@ select
     is_mig,
     unhealthy,
     gpu_price_per_hour,
+    gpu_price_units,
     gpu_fb_used_mib,
     -- A counter that went down was reset (driver reload): the new value is what accrued since (R10).
-    case
-        when energy_mj is null then 0
-        when energy_step_mj is null then 0
-        when energy_step_mj >= 0 then energy_step_mj / 1000.0
-        else energy_mj / 1000.0
-    end as energy_joules
-from priced
+    energy_step_mj / 1000.0 as energy_joules,
+    -- Whole mJ (the counter's unit), so that energy money is exact (R12).
+    round(energy_step_mj)::bigint as energy_mj
+from (
+    select
+        * exclude (energy_step_mj),
+        case
+            when energy_mj is null then 0
+            when energy_step_mj is null then 0
+            when energy_step_mj >= 0 then energy_step_mj
+            else energy_mj
+        end as energy_step_mj
+    from priced
+)
 where in_day

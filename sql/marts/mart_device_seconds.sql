@@ -1,6 +1,8 @@
 -- Grain: day × device × holder. What each holder held, used and was charged (R1, R6, R9, R10).
 -- Every per-sample quantity is cast to DECIMAL before it is summed, so sums are exact and do not depend
--- on row order or chunking (R1).
+-- on row order or chunking (R1). Money is counted in integer units of the day (int_money_scale: `*_units`,
+-- exact, R12); the `*_cost` columns show them as decimals.
+with charged as (
 select
     d.cluster,
     getvariable('day')::date as day,
@@ -24,16 +26,28 @@ select
     sum(cast(getvariable('scrape_s') * h.share * d.weight as decimal(38, 12))) as gpu_seconds,
     sum(cast(getvariable('scrape_s') * h.share * d.weight * coalesce(d.busy, 0) as decimal(38, 12)))
         as busy_gpu_seconds,
-    sum(cast(getvariable('scrape_s') / 3600.0 * d.device_price_per_hour * h.share as decimal(38, 12)))
-        as reserved_cost,
+    -- R9: Δ × price × weight × share per sample, in units: ms × 1,000 × 1e-8 × 56ths × 1/share_lcm.
+    sum(
+        getvariable('scrape_ms')::hugeint * 1000 * d.price_units * d.price_weight_units
+        * share_units(h.share_numerator, h.share_denominator, m.share_lcm)
+    ) as reserved_units,
+    -- R10 tariff: used: the reserved units of a sample × its busy fraction (6 decimals), to the unit.
+    sum(
+        (
+            getvariable('scrape_ms')::hugeint * 1000 * d.price_units * d.price_weight_units
+            * share_units(h.share_numerator, h.share_denominator, m.share_lcm) * d.busy_millionths + 500000
+        ) // 1000000
+    ) as used_units,
+    -- R10/R14 energy: mJ × price per kWh × weight × share, in units (0 without an energy price).
+    sum(
+        d.energy_mj::hugeint * getvariable('energy_price_units') * d.weight_units
+        * share_units(h.share_numerator, h.share_denominator, m.share_lcm)
+    ) as energy_units,
+    any_value(m.units_per_currency) as units_per_currency,
     -- R10 tariff: used: busy device-seconds and the busy part of the reserved charge (docs/tariffs.md).
     sum(cast(getvariable('scrape_s') * h.share * coalesce(d.busy, 0) as decimal(38, 12))) as busy_device_seconds,
-    sum(cast(getvariable('scrape_s') / 3600.0 * d.device_price_per_hour * h.share * coalesce(d.busy, 0)
-        as decimal(38, 12))) as used_cost,
+
     sum(cast(d.energy_joules * h.share as decimal(38, 12))) as energy_joules,
-    -- R10/R14 energy: kWh × energy_price_per_kwh, per sample; 0 when no energy price is configured.
-    sum(cast(d.energy_joules * h.share / 3600000.0 * coalesce(getvariable('energy_price_per_kwh'), 0)
-        as decimal(38, 12))) as energy_cost,
     sum(cast(getvariable('scrape_s') * h.share * coalesce(d.fb_used_mib, 0) as decimal(38, 12)))
         as fb_used_mib_seconds,
     max(d.fb_used_mib) as peak_fb_used_mib,
@@ -46,4 +60,16 @@ join int_holder_tenants as t
     and t.pod = h.pod
     and (t.from_ms is null or h.ts_ms >= t.from_ms)
     and (t.until_ms is null or h.ts_ms < t.until_ms)
+cross join int_money_scale as m
 group by all
+)
+select
+    * exclude (reserved_units, used_units, energy_units, units_per_currency),
+    units_to_money(reserved_units, units_per_currency) as reserved_cost,
+    units_to_money(used_units, units_per_currency) as used_cost,
+    units_to_money(energy_units, units_per_currency) as energy_cost,
+    reserved_units,
+    used_units,
+    energy_units,
+    units_per_currency
+from charged

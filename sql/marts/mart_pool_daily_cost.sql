@@ -1,5 +1,6 @@
 -- Grain: day × node × GPU model. Pool cost: every observed GPU-second at its GPU's price (R4, R9), plus
--- every observed GPU's energy at the energy price when one is configured (R10, R14).
+-- every observed GPU's energy at the energy price when one is configured (R10, R14). Money in integer units
+-- of the day (int_money_scale: `*_units`, exact, R12) and as decimals.
 with costs as (
     select
         g.cluster,
@@ -9,15 +10,29 @@ with costs as (
         g.model_name,
         count(*) as gpu_samples,
         cast(count(*) * getvariable('scrape_s') as decimal(38, 12)) as observed_gpu_seconds,
-        sum(cast(getvariable('scrape_s') / 3600.0 * g.gpu_price_per_hour as decimal(38, 12))) as capacity_cost,
+        -- A whole GPU per sample: weight 1 (all 56ths) and every share of it (share_lcm).
+        sum(
+            getvariable('scrape_ms')::hugeint * 1000 * g.gpu_price_units * getvariable('weight_scale') * m.share_lcm
+        ) as capacity_units,
         sum(cast(g.energy_joules as decimal(38, 12))) as energy_joules,
         -- Every observed GPU's energy at energy_price_per_kwh (0 without one) is pool cost too, so what no
         -- holder pays of it lands on __idle__ and R13 stays exact (docs/tariffs.md).
-        sum(cast(g.energy_joules / 3600000.0 * coalesce(getvariable('energy_price_per_kwh'), 0)
-            as decimal(38, 12))) as energy_cost
+        sum(g.energy_mj::hugeint * getvariable('energy_price_units') * getvariable('weight_scale') * m.share_lcm)
+            as energy_units,
+        any_value(m.units_per_currency) as units_per_currency
     from int_gpu_samples as g
     join int_device_classes as c on c.model_name = g.model_name and c.mig_profile is null
+    cross join int_money_scale as m
     group by all
 )
-select *, capacity_cost + energy_cost as pool_cost
+select
+    * exclude (capacity_units, energy_units, units_per_currency),
+    units_to_money(capacity_units, units_per_currency) as capacity_cost,
+    units_to_money(energy_units, units_per_currency) as energy_cost,
+    units_to_money(capacity_units, units_per_currency) + units_to_money(energy_units, units_per_currency)
+        as pool_cost,
+    capacity_units,
+    energy_units,
+    capacity_units + energy_units as pool_units,
+    units_per_currency
 from costs
