@@ -31,7 +31,7 @@ class GpumeterConfigResource(ConfigurableResource):
         if isinstance(spec, ParquetSource):
             return ParquetRawSource(spec.path)
         return PrometheusResource(**spec.model_dump(exclude={"kind"})).raw_source(
-            cluster, cluster_spec.cluster_label
+            cluster, cluster_spec.cluster_label, self.config.scrape_interval_seconds
         )
 
 
@@ -54,16 +54,25 @@ class PrometheusResource(ConfigurableResource):
     claims_file: str | None = None
     slices_file: str | None = None
     kubeconfig: str | None = None
+    k8s_snapshots_dir: str | None = None
     chunk_seconds: int = 3600
     min_chunk_seconds: int = 60
     dedupe_bucket_seconds: int = 3600
     pushdown: bool = True
 
-    def raw_source(self, cluster: str, cluster_label: str = "cluster") -> RawSource:
+    def raw_source(
+        self, cluster: str, cluster_label: str = "cluster", scrape_interval_seconds: int = 30
+    ) -> RawSource:
         from metering.prometheus import PrometheusRawSource  # imported only where a cluster uses it
 
         spec = PrometheusSource(kind="prometheus", **self.model_dump())
-        return PrometheusRawSource(spec, cluster=cluster, cluster_label=cluster_label)
+        # Δ: two HA replicas' samples less than Δ/2 apart are one scrape (R1).
+        return PrometheusRawSource(
+            spec,
+            cluster=cluster,
+            cluster_label=cluster_label,
+            scrape_interval_seconds=scrape_interval_seconds,
+        )
 
 
 @lru_cache(maxsize=8)
