@@ -55,7 +55,7 @@ def invoice_lines(
             "reconciles": MetadataValue.bool(summary.reconciliation.ok),
         }
     )
-    yield checks.invoice_matches_daily_costs(gpumeter.warehouse, _period(context))
+    yield checks.invoice_matches_daily_costs(gpumeter.warehouse, gpumeter.config, _period(context))
 
 
 def _export(context: AssetExecutionContext, gpumeter: GpumeterConfigResource, kind: str) -> MaterializeResult:

@@ -16,11 +16,10 @@ from decimal import Decimal
 from pathlib import Path
 
 import pyarrow as pa
-import pyarrow.compute as pc
 from dagster import AssetCheckResult, AssetCheckSeverity, AssetCheckSpec, MetadataValue
 
 from metering.config import UNALLOCATED, Config
-from metering.invoices import Period
+from metering.invoices import Period, build_invoice_lines
 from metering.periods import (
     closed_lines_path,
     closed_periods,
@@ -29,7 +28,6 @@ from metering.periods import (
     focus_path,
     is_closed,
     read_lines,
-    read_manifest,
     stored_lines,
     verify_closed,
 )
@@ -246,46 +244,91 @@ def _expected_adjustments(warehouse: Warehouse, period: str) -> dict[str, Decima
         key = str(corrected)
         pool = warehouse.read_days(MARTS, "pool_daily_cost", corrected.days())
         now = _sum(pool, "pool_cost") if pool is not None else Decimal(0)
-        closed_lines = read_lines(closed_lines_path(warehouse, key))
-        # Its closed usage: the manifest's total less the adjustments it carried for earlier periods.
-        carried = closed_lines.filter(pc.is_valid(closed_lines.column("corrects_period")))
-        billed = Decimal((read_manifest(warehouse, key) or {})["total_unrounded"]) - _sum(
-            carried, "amount_unrounded"
+        expected[key] = now - sum(
+            (Decimal(r["amount_unrounded"]) for r in _billed(warehouse, key, period)), Decimal(0)
         )
-        for other in closed_periods(warehouse):
-            if other not in (key, period):
-                other_lines = read_lines(closed_lines_path(warehouse, other))
-                billed += _sum(other_lines, "amount_unrounded", {"corrects_period": key})
-        expected[key] = now - billed
     return expected
 
 
-def invoice_matches_daily_costs(warehouse: Warehouse, period: str) -> AssetCheckResult:
+def _billed(warehouse: Warehouse, corrected: str, rolled_up: str) -> list[dict]:
+    """Every line billed so far for a closed period: its own usage lines, and the adjustments for it in the
+    other closed periods (not in `rolled_up`, whose lines are being checked)."""
+    rows = [
+        r for r in read_lines(closed_lines_path(warehouse, corrected)).to_pylist() if not r["corrects_period"]
+    ]
+    for other in closed_periods(warehouse):
+        if other not in (corrected, rolled_up):
+            rows += [
+                r
+                for r in read_lines(closed_lines_path(warehouse, other)).to_pylist()
+                if r["corrects_period"] == corrected
+            ]
+    return rows
+
+
+def _line_key(row: dict) -> tuple[str, str, str, str]:
+    charge = row["corrects_charge_type"] or row["charge_type"]
+    return (row["tenant"], charge, row["gpu_model"] or "", row["mig_profile"] or "")
+
+
+def _adjustments_off(
+    warehouse: Warehouse, config: Config, period: str, lines: list[dict]
+) -> dict[str, dict[str, str]]:
+    """Per corrected period, what its adjustment lines bill against what they must bill (R12: the period's
+    lines as recomputed now, each rounded, minus the rounded amounts billed for it so far), and their exact
+    amounts against the change of its pool cost — which may differ only by the changes that round to
+    nothing on a line whose hours do not move (no line is written for those, each under half a minor unit)."""
+    half = Decimal(1).scaleb(-config.minor_unit) / 2
+    off: dict[str, dict[str, str]] = {}
+    for corrected in corrected_periods(warehouse, Period.parse(period)):
+        key = str(corrected)
+        daily = warehouse.read_days(MARTS, "tenant_daily_cost", corrected.days())
+        now = build_invoice_lines(daily, config, corrected).to_pylist() if daily is not None else []
+        billed = _billed(warehouse, key, period)
+        mine = [r for r in lines if r["corrects_period"] == key]
+        must_bill = sum((Decimal(r["amount"]) for r in now), Decimal(0)) - sum(
+            (Decimal(r["amount"]) for r in billed), Decimal(0)
+        )
+        bills = sum((Decimal(r["amount"]) for r in mine), Decimal(0))
+        exact_change = _expected_adjustments(warehouse, period)[key]
+        carried = sum((Decimal(r["amount_unrounded"]) for r in mine), Decimal(0))
+        lineless = {_line_key(r) for r in now + billed} - {_line_key(r) for r in mine}
+        if bills != must_bill or abs(carried - exact_change) > half * len(lineless):
+            off[key] = {
+                "bills": str(bills),
+                "must_bill": str(must_bill),
+                "exact": str(carried),
+                "pool_cost_change": str(exact_change),
+            }
+    return off
+
+
+def invoice_matches_daily_costs(warehouse: Warehouse, config: Config, period: str) -> AssetCheckResult:
     spec = INVOICE_LINES_CHECK
     if is_closed(warehouse, period):
         return _closed_files_intact(warehouse, period, spec)
-    lines = stored_lines(warehouse, period)
+    stored = stored_lines(warehouse, period)
+    lines = stored.to_pylist() if stored is not None else []
     daily = warehouse.read_days(MARTS, "tenant_daily_cost", Period.parse(period).days())
     billed: dict[str, Decimal] = {}
-    adjusted: dict[str, Decimal] = {}
-    for row in lines.to_pylist() if lines is not None else []:
-        into = adjusted if row["corrects_period"] else billed
-        key = row["corrects_period"] or row["tenant"]
-        into[key] = into.get(key, Decimal(0)) + Decimal(row["amount_unrounded"])
+    for row in lines:
+        if not row["corrects_period"]:
+            billed[row["tenant"]] = billed.get(row["tenant"], Decimal(0)) + Decimal(row["amount_unrounded"])
     costs: dict[str, Decimal] = {}
     for row in daily.select(["tenant", "amount"]).to_pylist() if daily is not None else []:
         costs[row["tenant"]] = costs.get(row["tenant"], Decimal(0)) + Decimal(row["amount"])
-    expected = {k: v for k, v in _expected_adjustments(warehouse, period).items() if v or k in adjusted}
     tenants_off = {
         t: str(billed.get(t, Decimal(0)) - costs.get(t, Decimal(0)))
         for t in sorted(set(billed) | set(costs))
         if billed.get(t, Decimal(0)) != costs.get(t, Decimal(0))
     }
-    adjustments_off = {
-        k: str(adjusted.get(k, Decimal(0)) - v)
-        for k, v in sorted({**dict.fromkeys(adjusted, Decimal(0)), **expected}.items())
-        if adjusted.get(k, Decimal(0)) != v
-    }
+    adjustments_off = _adjustments_off(warehouse, config, period, lines)
+    adjusted: dict[str, Decimal] = {}
+    for row in lines:
+        if row["corrects_period"]:
+            adjusted[row["corrects_period"]] = adjusted.get(row["corrects_period"], Decimal(0)) + Decimal(
+                row["amount"]
+            )
     return AssetCheckResult(
         check_name=spec.name,
         asset_key=spec.asset_key,

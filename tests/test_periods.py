@@ -92,7 +92,7 @@ def test_close_freezes_files_with_the_hash_of_the_csv_r16(warehouse: Warehouse) 
     assert export_month(config(), warehouse, "2026-11", "all") == []
     assert _digests(out) == before
     assert periods.verify_closed(warehouse, "2026-11") == []
-    assert checks.invoice_matches_daily_costs(warehouse, "2026-11").passed
+    assert checks.invoice_matches_daily_costs(warehouse, config(), "2026-11").passed
 
 
 def test_late_data_is_billed_in_the_next_open_month_as_adjustments_r16(warehouse: Warehouse) -> None:
@@ -126,7 +126,7 @@ def test_late_data_is_billed_in_the_next_open_month_as_adjustments_r16(warehouse
     # R13 for December: its own pool cost (4.00) + the change in November's pool cost (+4.00).
     assert summary.reconciliation.pool_cost == Decimal("8.00")
     assert summary.reconciliation.ok
-    assert checks.invoice_matches_daily_costs(warehouse, "2026-12").passed
+    assert checks.invoice_matches_daily_costs(warehouse, config(), "2026-12").passed
     export_month(config(), warehouse, "2026-12", "all")
     assert checks.invoice_csv_reconciles(warehouse, "2026-12", 2).passed
     assert checks.focus_billed_cost_total(warehouse, "2026-12").passed
@@ -156,7 +156,7 @@ def test_an_adjustment_is_never_billed_twice_r16(warehouse: Warehouse) -> None:
     assert [(r["tenant"], r["corrects_period"], r["amount"]) for r in adjustments] == [
         ("ml-training", "2026-11", Decimal("2.00"))
     ]
-    assert checks.invoice_matches_daily_costs(warehouse, "2027-01").passed
+    assert checks.invoice_matches_daily_costs(warehouse, config(), "2027-01").passed
 
 
 def test_reopen_needs_a_reason_and_everything_is_audited(warehouse: Warehouse) -> None:
@@ -411,7 +411,7 @@ def test_a_correction_that_rounds_up_is_billed_r12(nov_10_004: Warehouse) -> Non
         Decimal("4.01"),
     )
     assert rec.tolerance == Decimal("0.015") and rec.ok
-    assert checks.invoice_matches_daily_costs(wh, "2026-12").passed
+    assert checks.invoice_matches_daily_costs(wh, config(), "2026-12").passed
     export_month(config(), wh, "2026-12", "all")
     assert checks.invoice_csv_reconciles(wh, "2026-12", 2).passed
     assert checks.focus_billed_cost_total(wh, "2026-12").passed
@@ -447,7 +447,7 @@ def test_a_line_that_changes_and_changes_back(nov_10_004: Warehouse) -> None:
         ("ml-training", "reserved", "", Decimal("-0.0005"), Decimal("-0.01"), Decimal("-0.002"))
     ]
     assert summary.reconciliation.ok
-    assert checks.invoice_matches_daily_costs(wh, "2027-01").passed
+    assert checks.invoice_matches_daily_costs(wh, config(), "2027-01").passed
     periods.close_period(config(), wh, JAN)
     assert _billed_for_november(wh, "ml-training") == Decimal("10.00")  # = round(10.004), as at the close
 
@@ -475,7 +475,7 @@ def test_a_line_that_disappears_and_one_that_appears_only_late(nov_10_004: Wareh
     ]
     assert summary.reconciliation.ok  # Nov's pool +1.714285714286: 4 + 1.714285714286 exact, 5.71 rounded
     assert summary.reconciliation.lines_rounded == Decimal("5.71")
-    assert checks.invoice_matches_daily_costs(wh, "2026-12").passed
+    assert checks.invoice_matches_daily_costs(wh, config(), "2026-12").passed
 
 
 def test_a_second_correction_after_a_first_adjustment(nov_10_004: Warehouse) -> None:
@@ -490,7 +490,7 @@ def test_a_second_correction_after_a_first_adjustment(nov_10_004: Warehouse) -> 
         ("ml-training", "reserved", "", Decimal("0.0025"), Decimal("0.01"), Decimal("0.010"))
     ]
     assert summary.reconciliation.ok
-    assert checks.invoice_matches_daily_costs(wh, "2027-01").passed
+    assert checks.invoice_matches_daily_costs(wh, config(), "2027-01").passed
     periods.close_period(config(), wh, JAN)
     assert _billed_for_november(wh, "ml-training") == Decimal("10.02")  # = round(10.016)
     # December, closed with its adjustment, is untouched by January's.
@@ -508,6 +508,9 @@ def test_what_moves_hours_is_a_line_what_rounds_to_nothing_is_not(nov_10_004: Wa
     [found] = periods.corrections(config(), wh, DECEMBER, lambda t, d: wh.read_days(MARTS, t, d))
     assert found.unbilled == Decimal("-0.001") and found.pool_delta == Decimal(0) and found.billed_delta == 0
     assert summary.reconciliation.ok  # December against its own 4.00: nothing of November is billed
+    # The invoice check sees the same: no line bills anything, and the exact change under half a cent has
+    # no line because it rounds to nothing on a line whose hours did not move.
+    assert checks.invoice_matches_daily_costs(wh, config(), "2026-12").passed
     _store(wh, D_NOV, [_training("9003.96", "10.0044"), IDLE_2])
     roll_up_month(config(), wh, "2026-12")
     assert _adjusted(wh, DECEMBER) == [
