@@ -2,7 +2,8 @@
 `day_accounting` multi-asset right after it writes its partition, so each result belongs to that (cluster,
 day); the functions take the tables per cluster, and name the cluster in what they report.
 
-- R13 conservation (blocking): Σ tenant, __unallocated__ and __idle__ amounts = pool cost, exactly.
+- R13 conservation (blocking): Σ tenant, __unallocated__ and __idle__ amounts = pool cost, exactly (in units
+  of money and in their decimals).
 - No over-booked device: holders' shares of a device sample ≤ 1; a MIG GPU's instance weights ≤ 1.
 - Coverage: observed vs expected GPU-seconds (kube-state-metrics' GPUs per node), warns below the floor.
 - Unmapped namespaces: holders that no tenant rule matched (`__unallocated__`), a warning.
@@ -81,12 +82,16 @@ def conservation(marts_by_cluster: dict[str, dict[str, pa.Table]]) -> AssetCheck
     for cluster, marts in marts_by_cluster.items():
         invoiced = _sum(marts["mart_tenant_daily_cost"], "amount")
         pool = _sum(marts["mart_pool_daily_cost"], "pool_cost")
+        # The exact money (R12): integer units of the day, and their decimals.
+        charged_units = _sum(marts["mart_tenant_daily_cost"], "amount_units")
+        pool_units = _sum(marts["mart_pool_daily_cost"], "pool_units")
         per_cluster[cluster] = {
             "pool_cost": str(pool),
             "charged": str(invoiced),
             "difference": str(invoiced - pool),
+            "difference_in_units": str(charged_units - pool_units),
         }
-        passed = passed and invoiced == pool
+        passed = passed and invoiced == pool and charged_units == pool_units
     return AssetCheckResult(
         check_name="conservation_r13",
         asset_key="mart_tenant_daily_cost",
