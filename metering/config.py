@@ -97,7 +97,9 @@ class PrometheusSource(_Model):
     )
     chunk_seconds: int = Field(3600, ge=1, le=7 * 86_400, description="Length of one pull window (R1).")
     min_chunk_seconds: int = Field(60, ge=1, description="Smallest window when the server says too large.")
-    dedupe_bucket_seconds: int = Field(3600, ge=1, description="HA replica choice per bucket; divides a day.")
+    dedupe_bucket_seconds: int = Field(
+        3600, ge=1, description="The pull's part size (one part is held in memory at a time); divides a day."
+    )
     pushdown: bool = Field(True, description="Ask aggregates first where that stays exact (XID errors).")
 
     # One PromQL label matcher: name, operator, a quoted value whose only escapes are backslash pairs, so
