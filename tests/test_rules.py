@@ -531,6 +531,36 @@ def test_r10_busy_prefers_gr_engine_active_and_clamps() -> None:
     assert categories(out) == {"allocated_active": D(240), "allocated_idle": D(60)}  # the −0.1 sample
 
 
+def test_r10_vgpu_copies_that_disagree_keep_the_largest_and_are_reported() -> None:
+    """R6, R10: two vgpu copies of one sample say 2 % and 80 %: the device is busy 0.8 (the largest, whatever
+    the row order), and data_quality counts the sample as conflicting — never resolved silently. Copies that
+    agree are not reported."""
+    f = factory().gpu("n1", "GPU-T", H100)
+    f.sample("GPU-T", 0, util=2, pod=("ns-a", "p1", "main"), vgpu="0")
+    f.sample("GPU-T", 0, util=80, pod=("ns-a", "p2", "main"), vgpu="1")
+    f.sample("GPU-T", 1, util=50, pod=("ns-a", "p1", "main"), vgpu="0")
+    f.sample("GPU-T", 1, util=50, pod=("ns-a", "p2", "main"), vgpu="1")
+    out = meter(f)
+    assert holder(out, "p1")["busy_gpu_seconds"] == D(39)  # (0.8 + 0.5) × 60 / 2
+    assert one(out, "mart_data_quality", node="n1")["conflicting_copy_samples"] == 1
+
+
+def test_r10_a_mig_instance_without_frame_buffer_takes_its_gpus_by_weight() -> None:
+    """R10 (TELEMETRY: FB may be missing per MIG instance on H100): an instance series without FB_USED takes
+    its GPU's reading × its weight (3g.40gb on A100-80GB: 3/7 of 7000 MiB = 3000 MiB); one with its own keeps
+    it."""
+    f = factory().gpu("n2", "GPU-M", A100)
+    f.samples("GPU-M", range(2), fb=7000)  # the GPU-level series
+    f.samples("GPU-M", range(2), gr=0.5, gpu_i_id="1", profile="3g.40gb", pod=P1)
+    f.samples("GPU-M", range(2), gr=0.5, fb=500, gpu_i_id="2", profile="3g.40gb", pod=P2)
+    out = meter(f)
+    assert (holder(out, "p1")["peak_fb_used_mib"], holder(out, "p1")["fb_used_mib_seconds"]) == (
+        3000,
+        D(360_000),
+    )
+    assert holder(out, "p2")["peak_fb_used_mib"] == 500
+
+
 def test_r10_energy_counter_with_a_reset() -> None:
     """R10: energy is the counter's step (mJ) since the previous sample, the lookback sample before midnight
     included; a step down is a reset and the new value is what accrued since: 30 + 60 + 5 + 15 J."""
