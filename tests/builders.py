@@ -17,7 +17,8 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass
-from datetime import date
+from datetime import UTC, date, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
@@ -130,31 +131,67 @@ class FactoryBuilder:
 
     # --- kube-state-metrics ----------------------------------------------------------------
 
-    def _kube_row(self, ts_index: int, metric: str, value: float, labels: dict[str, str]) -> None:
+    def _kube_row(
+        self,
+        ts_index: int,
+        metric: str,
+        value: float,
+        labels: dict[str, str],
+        *,
+        offset_ms: int = 0,
+        target: str | None = None,
+    ) -> None:
+        """One kube-state-metrics / OpenCost / Kueue sample at sample index `ts_index` plus `offset_ms` (scrapes
+        of different targets are not aligned, R1a: e.g. `offset_ms=-20_000` stamps it 20 s before the DCGM
+        grid). `target`: the scrape target `<job>/<instance>` (schema.RAW_KUBE_SCHEMA), null by default."""
         self._kube.append(
             {
                 "cluster": self.cluster,
-                "ts_ms": self.ts(ts_index),
+                "ts_ms": self.ts(ts_index) + offset_ms,
                 "metric": metric,
                 "value": float(value),
                 "labels": json.dumps(labels, sort_keys=True),
+                "target": target,
             }
         )
 
-    def pod_phase(self, namespace: str, pod: str, ts_index: int, phase: str = "Running") -> FactoryBuilder:
-        """kube_pod_status_phase: one 0/1 series per phase, 1 for `phase`."""
+    def pod_phase(
+        self,
+        namespace: str,
+        pod: str,
+        ts_index: int,
+        phase: str = "Running",
+        *,
+        uid: str | None = None,
+        offset_ms: int = 0,
+        target: str | None = None,
+    ) -> FactoryBuilder:
+        """kube_pod_status_phase: one 0/1 series per phase, 1 for `phase`. `uid` defaults to `uid-<pod>` (give
+        another for a pod recreated under the same name); `offset_ms`, `target` as for `_kube_row`."""
         for candidate in PHASES:
-            labels = {"namespace": namespace, "pod": pod, "uid": f"uid-{pod}", "phase": candidate}
-            self._kube_row(ts_index, "kube_pod_status_phase", 1.0 if candidate == phase else 0.0, labels)
+            labels = {"namespace": namespace, "pod": pod, "uid": uid or f"uid-{pod}", "phase": candidate}
+            value = 1.0 if candidate == phase else 0.0
+            self._kube_row(
+                ts_index, "kube_pod_status_phase", value, labels, offset_ms=offset_ms, target=target
+            )
         return self
 
     def pod_labels(
-        self, namespace: str, pod: str, labels: dict[str, str], ts_index: int = 0
+        self,
+        namespace: str,
+        pod: str,
+        labels: dict[str, str],
+        ts_index: int = 0,
+        *,
+        uid: str | None = None,
+        offset_ms: int = 0,
+        target: str | None = None,
     ) -> FactoryBuilder:
-        """kube_pod_labels with Kubernetes label keys (`team`, `vcluster.loft.sh/managed-by`), sanitized here."""
-        series = {"namespace": namespace, "pod": pod, "uid": f"uid-{pod}"}
+        """kube_pod_labels with Kubernetes label keys (`team`, `vcluster.loft.sh/managed-by`), sanitized here.
+        `uid`, `offset_ms`, `target` as for `pod_phase`."""
+        series = {"namespace": namespace, "pod": pod, "uid": uid or f"uid-{pod}"}
         series.update({_label_key(k): v for k, v in labels.items()})
-        self._kube_row(ts_index, "kube_pod_labels", 1.0, series)
+        self._kube_row(ts_index, "kube_pod_labels", 1.0, series, offset_ms=offset_ms, target=target)
         return self
 
     def node_state(
@@ -168,23 +205,29 @@ class FactoryBuilder:
         gpu_count_label: int | None = None,
         allocatable_cpu: float | None = None,
         requested_cpu: float | None = None,
+        offset_ms: int = 0,
+        target: str | None = None,
     ) -> FactoryBuilder:
         """A node's kube-state-metrics at one sample: cordon, Ready, `nvidia_com_gpu` capacity (`gpus`), the GPU
-        feature discovery label `nvidia.com/gpu.count`, allocatable CPU and the CPU requested by its pods."""
-        self._kube_row(ts_index, "kube_node_spec_unschedulable", 1.0 if cordoned else 0.0, {"node": node})
+        feature discovery label `nvidia.com/gpu.count`, allocatable CPU and the CPU requested by its pods.
+        `offset_ms`, `target` as for `_kube_row`."""
+        at: dict[str, Any] = {"offset_ms": offset_ms, "target": target}
+        self._kube_row(
+            ts_index, "kube_node_spec_unschedulable", 1.0 if cordoned else 0.0, {"node": node}, **at
+        )
         for status in ("true", "false", "unknown"):
             value = 1.0 if (status == "true") == ready and status != "unknown" else 0.0
             labels = {"node": node, "condition": "Ready", "status": status}
-            self._kube_row(ts_index, "kube_node_status_condition", value, labels)
+            self._kube_row(ts_index, "kube_node_status_condition", value, labels, **at)
         if gpus is not None:
             labels = {"node": node, "resource": "nvidia_com_gpu", "unit": "integer"}
-            self._kube_row(ts_index, "kube_node_status_capacity", gpus, labels)
+            self._kube_row(ts_index, "kube_node_status_capacity", gpus, labels, **at)
         if gpu_count_label is not None:
             labels = {"node": node, "label_nvidia_com_gpu_count": str(gpu_count_label)}
-            self._kube_row(ts_index, "kube_node_labels", 1.0, labels)
+            self._kube_row(ts_index, "kube_node_labels", 1.0, labels, **at)
         if allocatable_cpu is not None:
             labels = {"node": node, "resource": "cpu", "unit": "core"}
-            self._kube_row(ts_index, "kube_node_status_allocatable", allocatable_cpu, labels)
+            self._kube_row(ts_index, "kube_node_status_allocatable", allocatable_cpu, labels, **at)
         if requested_cpu is not None:
             labels = {
                 "namespace": "busy",
@@ -193,7 +236,7 @@ class FactoryBuilder:
                 "node": node,
                 "resource": "cpu",
             }
-            self._kube_row(ts_index, "kube_pod_container_resource_requests", requested_cpu, labels)
+            self._kube_row(ts_index, "kube_pod_container_resource_requests", requested_cpu, labels, **at)
         return self
 
     # --- DRA objects -----------------------------------------------------------------------
@@ -353,3 +396,128 @@ class FactoryBuilder:
         )
         self._kube_row(ts_index, "kube_pod_annotations", 1.0, series)
         return self
+
+    # --- the built day as a source writes it (appended for tests/test_changing_pool.py) --------
+
+    def write_openmetrics(self, path: Path) -> Path:
+        """The day's dcgm-exporter and kube-state-metrics rows as one OpenMetrics file for `promtool tsdb
+        create-blocks-from openmetrics` (metering/openmetrics.py: seconds, one block per family, `# EOF`).
+        DCGM series get `job="dcgm-exporter"`, `instance="<node>:9400"`; kube rows their `target` as job and
+        instance, else kube-state-metrics' usual ones. DRA objects are not metrics: see `k8s_documents`."""
+        from metering.openmetrics import write_openmetrics
+
+        raw = self.build()
+        write_openmetrics([(raw.dcgm, raw.kube)], Path(path))
+        return Path(path)
+
+    def k8s_documents(self) -> dict[int | None, tuple[dict[str, Any], dict[str, Any]]]:
+        """The DRA objects as `kubectl get resourceclaims,resourceslices -A -o json` lists, per snapshot:
+        {snapshot time in epoch ms (None: of unknown time): (ResourceClaim list, ResourceSlice list)}.
+        metering.k8s_objects.parse_resource_claims / parse_resource_slices read them back into the rows
+        `claim` and `slice_device` wrote (marker rows included for a snapshot of known time)."""
+        times = {r.get("snapshot_ms") for r in (*self._claims, *self._slices)}
+        out: dict[int | None, tuple[dict[str, Any], dict[str, Any]]] = {}
+        for at in sorted(times, key=lambda t: -1 if t is None else t):
+            claims = [r for r in self._claims if r.get("snapshot_ms") == at and r.get("claim_name")]
+            slices = [r for r in self._slices if r.get("snapshot_ms") == at and r.get("device")]
+            out[at] = (_claims_document(claims), _slices_document(slices))
+        return out
+
+    def write_parquet_source(self, root: Path) -> Path:
+        """The day as a `kind: parquet` source folder (metering.sources.ParquetRawSource):
+        `<table>/cluster=<c>/day=<d>/data.parquet` (rows before the day in the day before's folder, as a
+        simulated fleet writes them), DRA objects of unknown time as `k8s/cluster=<c>/day=<d>/
+        resourceclaims.json` / `resourceslices.json`, timed ones as time-named snapshot files."""
+        import pyarrow.compute as pc
+        import pyarrow.parquet as pq
+
+        from metering.k8s_objects import write_snapshot
+
+        root = Path(root)
+        raw = self.build()
+        before = self.day - timedelta(days=1)
+        for name, table in (("raw_dcgm_samples", raw.dcgm), ("raw_kube_samples", raw.kube)):
+            early = pc.less(table.column("ts_ms"), self.day_start_ms)
+            for day, rows in ((before, table.filter(early)), (self.day, table.filter(pc.invert(early)))):
+                if rows.num_rows:
+                    folder = root / name / f"cluster={self.cluster}" / f"day={day.isoformat()}"
+                    folder.mkdir(parents=True, exist_ok=True)
+                    pq.write_table(rows, folder / "data.parquet")
+        k8s = root / "k8s"
+        for at, (claims, slices) in self.k8s_documents().items():
+            if at is None:
+                folder = k8s / f"cluster={self.cluster}" / f"day={self.day.isoformat()}"
+                folder.mkdir(parents=True, exist_ok=True)
+                (folder / "resourceclaims.json").write_text(json.dumps(claims, indent=1), encoding="utf-8")
+                (folder / "resourceslices.json").write_text(json.dumps(slices, indent=1), encoding="utf-8")
+            else:
+                write_snapshot(k8s, self.cluster, "resourceclaims", claims, at)
+                write_snapshot(k8s, self.cluster, "resourceslices", slices, at)
+        return root
+
+
+def _rfc3339(ms: int) -> str:
+    moment = datetime.fromtimestamp(ms / 1000, UTC)
+    text = moment.strftime("%Y-%m-%dT%H:%M:%S")
+    return text + (f".{ms % 1000:03d}Z" if ms % 1000 else "Z")
+
+
+def _claims_document(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """ResourceClaims (resource.k8s.io/v1) of builder rows: one claim per (namespace, name, uid), its
+    allocation results and its reservedFor pods."""
+    claims: dict[tuple[str, str, str], dict[str, Any]] = {}
+    for r in rows:
+        key = (r["claim_namespace"], r["claim_name"], r["claim_uid"])
+        claim = claims.get(key)
+        if claim is None:
+            meta: dict[str, Any] = {"namespace": key[0], "name": key[1], "uid": key[2]}
+            if r.get("created_ms") is not None:
+                meta["creationTimestamp"] = _rfc3339(r["created_ms"])
+            claim = claims[key] = {
+                "apiVersion": "resource.k8s.io/v1",
+                "kind": "ResourceClaim",
+                "metadata": meta,
+                "status": {"allocation": {"devices": {"results": []}}, "reservedFor": []},
+            }
+        result = {k: r[k] for k in ("request", "driver", "pool", "device") if r.get(k) is not None}
+        if r.get("share_id") is not None:
+            result["shareID"] = r["share_id"]
+        results = claim["status"]["allocation"]["devices"]["results"]
+        if result not in results:
+            results.append(result)
+        if r.get("reserved_pod") is not None:
+            ref = {"resource": "pods", "name": r["reserved_pod"]}
+            if r.get("reserved_pod_uid") is not None:
+                ref["uid"] = r["reserved_pod_uid"]
+            if ref not in claim["status"]["reservedFor"]:
+                claim["status"]["reservedFor"].append(ref)
+    return {"apiVersion": "v1", "kind": "List", "items": list(claims.values())}
+
+
+def _slices_document(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """ResourceSlices (resource.k8s.io/v1) of builder rows: one slice per (driver, pool, node), its devices
+    with NVIDIA's attributes (`type`, `uuid`, `parentUUID`, `profile`, `productName`)."""
+    slices: dict[tuple[str, str, str], dict[str, Any]] = {}
+    for r in rows:
+        key = (r["driver"], r["pool"], r["node"])
+        item = slices.get(key)
+        if item is None:
+            meta: dict[str, Any] = {"name": f"{key[2]}-{key[0]}-{len(slices)}"}
+            if r.get("created_ms") is not None:
+                meta.update(creationTimestamp=_rfc3339(r["created_ms"]), generation=1)
+            item = slices[key] = {
+                "apiVersion": "resource.k8s.io/v1",
+                "kind": "ResourceSlice",
+                "metadata": meta,
+                "spec": {"driver": key[0], "nodeName": key[2], "pool": {"name": key[1]}, "devices": []},
+            }
+        names = {
+            "type": "device_type",
+            "uuid": "uuid",
+            "parentUUID": "parent_uuid",
+            "profile": "profile",
+            "productName": "product_name",
+        }
+        attributes = {a: {"string": r[c]} for a, c in names.items() if r.get(c) is not None}
+        item["spec"]["devices"].append({"name": r["device"], "attributes": attributes})
+    return {"apiVersion": "v1", "kind": "List", "items": list(slices.values())}
