@@ -457,14 +457,6 @@ def test_mig_reset_gap_is_unobserved_no_capacity_no_cost(metered: Any) -> None:
     assert sum(categories(out, "n1").values(), D(0)) == D(85800)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="mart_data_quality (expected CTE, `where in_day`) counts a kube-state-metrics sample as expected "
-    "capacity only when the sample is in the day: with scrapes 20 s before the DCGM grid, 00:00:00-00:00:40 is "
-    "described by the lookback scrape of 23:59:40 and not counted, so expected is 1,439 × 60 + 20 = 86,360 s "
-    "per GPU, not 86,400: n1 reports 560 unobserved GPU-seconds instead of 600, n2 expects 86,360 < its "
-    "86,400 observed",
-)
 def test_mig_reset_gap_is_reported_as_unobserved_gpu_seconds(metered: Any) -> None:
     """R4: kube-state-metrics reports 1 GPU on n1 all day (86,400 GPU-s); 85,800 observed; the 10-minute
     reset is 600 unobserved GPU-seconds, reported and not billed. n2: nothing unobserved."""
@@ -474,14 +466,6 @@ def test_mig_reset_gap_is_reported_as_unobserved_gpu_seconds(metered: Any) -> No
     assert (dq["n2"]["expected_gpu_seconds"], dq["n2"]["unobserved_gpu_seconds"]) == (86400, 0)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="int_gpu_samples keeps a GPU in MIG mode for its whole observed run once an instance showed, and a "
-    "run ends only after a gap of more than two scrapes: MIG switched off with a reset that misses one scrape "
-    "(or none) leaves the whole GPU's afternoon samples is_mig = true, so its own series (pod x2, GPU_UTIL) is "
-    "no device: x2 is billed nothing instead of 719 × 0.07 = 50.33, __idle__ 79.13 instead of 28.80, and "
-    "the afternoon is mig_unpartitioned instead of allocated_active",
-)
 def test_mig_switched_off_at_noon_bills_the_whole_gpu_of_the_afternoon(metered: Any) -> None:
     """R3 (mode per sample): x1's 3g.40gb 00:00..11:59 = 720 × 0.03 = 21.60 (720 × 25.714285714286 GPU-s);
     x2 holds the whole GPU 12:01..23:59 at weight 1: 719 samples = 43,140 s, 719 × 0.07 = 50.33. Pool
@@ -699,8 +683,9 @@ def test_a_day_where_nothing_changes_is_billed_as_the_old_rules_bill_it(metered:
 
 def test_on_a_steady_day_the_kube_scrape_offset_changes_nothing_billed() -> None:
     """The same steady day with kube-state-metrics on the DCGM grid (offset 0) and 20 s before it: every
-    mart but data_quality (see the xfail on the reset gap) is identical."""
+    mart is identical, data_quality's expected capacity too (the lookback's last scrape covers the first
+    seconds of the day)."""
     on_grid = meter_day(steady("steady", 0).build(), make_config(), "steady", DAY)
     before = meter_day(steady("steady", OFFSET_MS).build(), make_config(), "steady", DAY)
-    for mart in sorted(m for m in on_grid if m.startswith("mart_") and m != "mart_data_quality"):
+    for mart in sorted(m for m in on_grid if m.startswith("mart_")):
         assert on_grid[mart].equals(before[mart]), mart

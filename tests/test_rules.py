@@ -260,9 +260,11 @@ def test_r8_explicit_mig_profile_price_overrides_the_weighted_price() -> None:
 
 def test_r4_gpu_level_series_of_a_mig_gpu_is_not_a_device() -> None:
     """R4: a MIG GPU's GPU-level series (no GPU_I_ID) makes the GPU observed but is not a device: even with
-    pod labels it bills no one; a sample where only it exists is all mig_unpartitioned."""
+    pod labels it bills no one while an instance shows; a later sample where only it exists (power, energy,
+    no pod: nothing a whole GPU alone shows, R3) is still MIG mode, all mig_unpartitioned."""
     f = factory().gpu("n2", "GPU-M", A100)
-    f.samples("GPU-M", range(3), energy=1000, pod=P2)  # GPU-level: power/energy/XID carry no GPU_I_ID
+    f.samples("GPU-M", range(2), energy=1000, pod=P2)  # GPU-level: power/energy/XID carry no GPU_I_ID
+    f.sample("GPU-M", 2, energy=1000)
     f.samples("GPU-M", range(2), gr=0.5, gpu_i_id="1", profile="3g.40gb", pod=P1)
     out = meter(f)
 

@@ -2,11 +2,11 @@
 -- device itself or any MIG instance, has a sample then. Carries the GPU's mode at that sample (R3), its
 -- health and energy (R10, R11), and its own frame-buffer reading, which MIG instances that report none are
 -- apportioned.
--- Mode: a sample is MIG-partitioned when a series of the GPU then carries a GPU instance id, or when an
--- earlier sample of the same observed run did (a MIG GPU whose instances are gone is still in MIG mode: its
--- remainder is mig_unpartitioned). Switching MIG off needs a GPU reset, during which the exporter shows no
--- series of the GPU: a gap of more than two scrapes ends a run, and the GPU is whole again after it until an
--- instance shows. So a GPU whole in the morning and partitioned in the afternoon has each mode for its samples.
+-- Mode, per sample: MIG-partitioned when a series of the GPU then carries a GPU instance id; whole when its
+-- GPU-level series shows what only a whole GPU shows (dcgm-exporter reports no GPU_UTIL and attributes no
+-- pod to the GPU itself in MIG mode); otherwise (only power, energy, XID…) the mode its last such sample
+-- showed in the same observed run — a MIG GPU whose instances are gone is still in MIG mode, its remainder
+-- mig_unpartitioned. A gap of more than two scrapes (a GPU reset) ends a run; a run starts whole.
 with gpu_readings as (
     select
         d.cluster,
@@ -16,6 +16,7 @@ with gpu_readings as (
         d.uuid,
         min(d.model_name) as model_name,
         bool_or(d.gpu_i_id is not null) as shows_instances,
+        bool_or(d.gpu_i_id is null and (s.gpu_util_pct is not null or d.pod is not null)) as shows_whole,
         coalesce(max(s.xid_error), 0) <> 0 as unhealthy,
         -- Energy is a GPU-level counter: vgpu copies repeat it, MIG instances may lack it.
         max(s.energy_mj) filter (where d.gpu_i_id is null) as energy_mj,
@@ -33,9 +34,12 @@ runs as (
 ),
 gpu_samples as (
     select
-        * exclude (shows_instances, prev_ts_ms, observed_run),
-        bool_or(shows_instances) over (
-            partition by uuid, observed_run order by ts_ms rows between unbounded preceding and current row
+        * exclude (shows_instances, shows_whole, prev_ts_ms, observed_run),
+        coalesce(
+            last_value(
+                case when shows_instances then true when shows_whole then false end ignore nulls
+            ) over (partition by uuid, observed_run order by ts_ms rows between unbounded preceding and current row),
+            false
         ) as is_mig
     from runs
 ),

@@ -10,22 +10,26 @@ with observed as (
 ),
 expected as (
     -- Each kube-state-metrics sample stands until the exporter's next scrape (R1a: a node gone from it stops
-    -- counting there; Δ after the exporter's last scrape; at most the lookback, never past midnight), so the
-    -- figure does not assume kube-state-metrics is scraped every Δ.
+    -- counting there; Δ after the exporter's last scrape; at most the lookback), counted within the day only:
+    -- the lookback's last sample describes the first seconds of the day, so the figure does not assume
+    -- kube-state-metrics is scraped every Δ, nor on dcgm-exporter's grid.
     select
         cluster,
         node,
         sum(
-            expected_gpus * least(
-                coalesce(next_scrape_ms - ts_ms, getvariable('scrape_s') * 1000),
-                getvariable('lookback_ms'),
-                getvariable('day_end_ms') - ts_ms
+            expected_gpus * greatest(
+                least(
+                    ts_ms + least(coalesce(next_scrape_ms - ts_ms, getvariable('scrape_s') * 1000), getvariable('lookback_ms')),
+                    getvariable('day_end_ms')
+                ) - greatest(ts_ms, getvariable('day_start_ms')),
+                0
             )
         ) / 1000.0 as expected_gpu_seconds,
-        max(expected_gpus) as expected_gpus
+        max(expected_gpus) filter (where in_day) as expected_gpus
     from stg_kube_node_states
-    where in_day and expected_gpus is not null
+    where expected_gpus is not null
     group by all
+    having bool_or(in_day)  -- a node of the day, not one only the lookback saw
 ),
 share_sums as (
     select device_id, ts_ms, round(sum(share), 9) as share_sum  -- rounded: order-free (R1)
