@@ -6,6 +6,11 @@ its samples), and each series' samples in time order. Input comes day by day, so
 streamed into its own temporary file and the families are concatenated at the end: memory stays at
 one day of input, whatever the length of the period.
 
+HA pairs (`replicas`): every series written once per replica, with the replica label (default
+`prometheus_replica`, as Prometheus' `external_labels` of an HA pair name it), each replica's samples
+stamped `offset_ms` after the input's and missing where that replica was down (`gaps_ms`): what two
+Prometheus servers scraping the same targets record, and what the Prometheus source dedupes (R1).
+
 Every family is declared `gauge`, including the energy counter DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION:
 an OpenMetrics `counter` must expose its samples as `<name>_total`, which would rename the series that
 the Prometheus source queries by its dcgm-exporter name. Prometheus stores both types alike, and
@@ -18,7 +23,8 @@ import json
 import os
 import shutil
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
@@ -52,6 +58,26 @@ _BATCH = 500_000  # rows formatted at once: keeps string buffers well under 2 Gi
 
 class OpenMetricsError(ValueError):
     pass
+
+
+@dataclass(frozen=True)
+class Replica:
+    """One Prometheus of an HA pair: its replica label value, how much later than the input's timestamps it
+    stamps its samples, and the [start_ms, end_ms) windows (of its own timestamps) in which it was down."""
+
+    name: str
+    offset_ms: int = 0
+    gaps_ms: tuple[tuple[int, int], ...] = ()
+
+    def keep(self, ts_ms: np.ndarray) -> np.ndarray:
+        """Which of its (shifted) timestamps it recorded."""
+        kept = np.ones(len(ts_ms), dtype=bool)
+        if len(ts_ms):
+            lo, hi = ts_ms.min(), ts_ms.max()
+            for start, end in self.gaps_ms:
+                if start <= hi and end > lo:
+                    kept &= (ts_ms < start) | (ts_ms >= end)
+        return kept
 
 
 def escape_label_value(value: str) -> str:
@@ -197,7 +223,14 @@ class _FamilyFiles:
         return known + sorted(set(self.files) - set(known))
 
 
-def _append(files: _FamilyFiles, table: pa.Table, kind: str, cluster_label: str) -> None:
+def _append(
+    files: _FamilyFiles,
+    table: pa.Table,
+    kind: str,
+    cluster_label: str,
+    replicas: Sequence[Replica] = (),
+    replica_label: str = "prometheus_replica",
+) -> None:
     if table.num_rows == 0:
         return
     metrics = pc.unique(table.column("metric").combine_chunks()).to_pylist()
@@ -209,35 +242,61 @@ def _append(files: _FamilyFiles, table: pa.Table, kind: str, cluster_label: str)
                 labels = _dcgm_label_strings(batch, cluster_label, "dcgm-exporter")
             else:
                 labels = _kube_label_strings(batch, cluster_label, metric)
-            lines = pc.binary_join_element_wise(
-                pa.array([metric + "{"]).take(pa.array(np.zeros(batch.num_rows, dtype=np.int32))),
-                pc.utf8_rtrim(labels, ","),
-                "} ",
-                _values(batch.column("value").combine_chunks()),
-                " ",
-                _timestamps(batch.column("ts_ms").combine_chunks()),
-                "\n",
-                "",
-            )
-            _write_strings(files.get(metric), lines)
-            files.counts[metric] += batch.num_rows
+            labels = pc.utf8_rtrim(labels, ",")
+            values = _values(batch.column("value").combine_chunks())
+            ts_ms = batch.column("ts_ms").combine_chunks()
+            for replica in replicas or (None,):  # one copy per replica, each series in time order
+                if replica is None:
+                    part_labels, part_values, part_ts = labels, values, ts_ms
+                else:
+                    shifted = ts_ms.to_numpy(zero_copy_only=False) + replica.offset_ms
+                    kept = pa.array(replica.keep(shifted))
+                    suffix = f'{replica_label}="{escape_label_value(replica.name)}"'
+                    part_labels = labels.filter(kept)
+                    comma = pc.if_else(pc.equal(part_labels, ""), pa.scalar(""), pa.scalar(","))
+                    part_labels = pc.binary_join_element_wise(part_labels, comma, suffix, "")
+                    part_values = values.filter(kept)
+                    part_ts = pa.array(shifted).filter(kept)
+                if len(part_ts) == 0:
+                    continue
+                lines = pc.binary_join_element_wise(
+                    pa.array([metric + "{"]).take(pa.array(np.zeros(len(part_ts), dtype=np.int32))),
+                    part_labels,
+                    "} ",
+                    part_values,
+                    " ",
+                    _timestamps(part_ts),
+                    "\n",
+                    "",
+                )
+                _write_strings(files.get(metric), lines)
+                files.counts[metric] += len(part_ts)
 
 
 def write_openmetrics(
-    tables: Iterable[tuple[pa.Table, pa.Table]], path: Path, cluster_label: str = "cluster"
+    tables: Iterable[tuple[pa.Table, pa.Table]],
+    path: Path,
+    cluster_label: str = "cluster",
+    replicas: Sequence[Replica] = (),
+    replica_label: str = "prometheus_replica",
 ) -> dict[str, int]:
     """Write (dcgm, kube) raw-schema tables, e.g. one pair per day in time order, as one OpenMetrics file.
 
-    Rows of one series must come in time order across the pairs (the simulator's days do). The file is
-    replaced atomically. Returns the number of samples written per metric family."""
+    Rows of one series must come in time order across the pairs (the simulator's days do). With `replicas`,
+    every series is written once per replica (labelled `replica_label`, shifted and thinned as the replica
+    says). The file is replaced atomically. Returns the number of samples written per metric family."""
+    names = [r.name for r in replicas]
+    if len(set(names)) != len(names) or any(not n for n in names):
+        raise OpenMetricsError(f"replica names must be distinct and non-empty: {names}")
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix=".openmetrics.", dir=path.parent) as tmp:
         files = _FamilyFiles(Path(tmp))
         try:
             for dcgm, kube in tables:
-                _append(files, dcgm.sort_by("ts_ms") if _unsorted(dcgm) else dcgm, "dcgm", cluster_label)
-                _append(files, kube.sort_by("ts_ms") if _unsorted(kube) else kube, "kube", cluster_label)
+                for table, kind in ((dcgm, "dcgm"), (kube, "kube")):
+                    rows = table.sort_by("ts_ms") if _unsorted(table) else table
+                    _append(files, rows, kind, cluster_label, replicas, replica_label)
         finally:
             files.close()
         out_tmp = Path(tmp) / "out.om"
