@@ -37,6 +37,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from metering.k8s_objects import snapshot_file_name
 from metering.schema import (
     DCGM_ENERGY,
     DCGM_FB_FREE,
@@ -383,6 +384,16 @@ KINDS: dict[str, JobKind] = {
         labels=(("team", "research"), ("app", "notebook")),
     ),  # fmt: skip
 }
+# The events day's pod that holds the GPU that goes MIG at noon (`Layout.whole_hold_lane`): no Kueue queue.
+KINDS["benchmark"] = JobKind(
+    ("perf-lab",),
+    ("gpu-burn",),
+    "burn",
+    "Job",
+    busy=(0.9, 0.99),
+    mem=(0.7, 0.9),
+    labels=(("team", "research"), ("app", "gpu-burn")),
+)
 VIRTUAL_NAMESPACES = ("team-a", "team-b", "default")
 
 
@@ -391,7 +402,7 @@ VIRTUAL_NAMESPACES = ("team-a", "team-b", "default")
 
 @dataclass(frozen=True)
 class FactorySpec:
-    """What to simulate. The defaults are the demo factory (`demo_spec()`)."""
+    """What to simulate. The defaults are the demo factory (`demo_spec()`) without its changing pool."""
 
     cluster: str = "demo"
     start: date = date(2026, 11, 1)
@@ -410,6 +421,18 @@ class FactorySpec:
     cordoned_node: bool = True  # an extra H100 node (gpus_per_node // 2 GPUs) cordoned throughout
     xid_gpu: bool = True  # XID 79 on one GPU 09:00-13:00Z on the third day
     energy_reset: bool = True  # one GPU's energy counter resets (driver reload) 06:00Z on the fourth day
+    # A pool that changes during the day (`demo_spec()` turns these on; off by default, so that a spec built
+    # field by field, and `fleet_spec`, keeps the factory as it was). All on the second day (`events_day`).
+    mig_repartition: bool = (
+        False  # 12:00Z: a whole GPU goes MIG (10-minute reset gap), a 7 x 1g GPU -> 2 x 3g
+    )
+    ha_replicas: bool = (
+        False  # OpenMetrics only: every series from replicas "a" and "b" (2 s later), restarts
+    )
+    pod_churn: bool = False  # vllm-0 deleted 09:00Z and recreated (new uid); a 20-minute DRA job 10:00Z
+    relabel: bool = False  # jupyter-alice-0 relabelled team=c -> team=research at 12:00Z
+    ksm_offset_s: int = 0  # kube-state-metrics / OpenCost stamped this many seconds before dcgm-exporter
+    dra_snapshots_s: int = 0  # 0: one plain claims/slices list per day (unknown time); else timed snapshots
 
     def __post_init__(self) -> None:
         problems = []
@@ -426,6 +449,10 @@ class FactorySpec:
             problems.append("mig_fraction must be within [0, 1]")
         if not self.cluster:
             problems.append("cluster must not be empty")
+        if not 0 <= self.ksm_offset_s < self.scrape_interval_s:
+            problems.append(f"ksm_offset_s={self.ksm_offset_s} must be >= 0 and below scrape_interval_s")
+        if self.dra_snapshots_s < 0 or (self.dra_snapshots_s and DAY_S % self.dra_snapshots_s):
+            problems.append(f"dra_snapshots_s={self.dra_snapshots_s} must be 0 or divide 86400")
         if problems:
             raise ValueError("invalid FactorySpec: " + "; ".join(problems))
 
@@ -435,7 +462,18 @@ class FactorySpec:
 
 
 def demo_spec() -> FactorySpec:
-    return FactorySpec()
+    """The demo factory: the defaults plus a pool that changes during its second day (a MIG re-partition, an
+    HA Prometheus pair with rolling restarts, a deleted and recreated pod, a short DRA job, a relabel, a
+    re-published ResourceSlice), kube-state-metrics scraped 20 s before dcgm-exporter, and DRA objects kept
+    as timed snapshots every 5 minutes."""
+    return FactorySpec(
+        mig_repartition=True,
+        ha_replicas=True,
+        pod_churn=True,
+        relabel=True,
+        ksm_offset_s=20,
+        dra_snapshots_s=300,
+    )
 
 
 # --- layout -------------------------------------------------------------------------------------
@@ -474,10 +512,20 @@ class GpuInfo:
     dra: bool = False
     dra_device: str | None = None  # whole-GPU DRA device name
     timesliced: bool = False
+    mig_after: tuple[MigInstance, ...] | None = None  # layout after the re-partition (None: never changes)
 
     @property
     def is_mig(self) -> bool:
+        """MIG-partitioned at the spec's start (`mig`); `mig_after` says what it becomes."""
         return bool(self.mig)
+
+    @property
+    def instances(self) -> tuple[MigInstance, ...]:
+        """Every MIG instance the GPU ever has (before and after a re-partition; GPU_I_IDs differ)."""
+        return self.mig + (self.mig_after or ())
+
+    def instance(self, gi_id: int) -> MigInstance:
+        return next(m for m in self.instances if m.gi_id == gi_id)
 
 
 @dataclass(frozen=True)
@@ -488,6 +536,10 @@ class Lane:
     devices: tuple[tuple[int, int | None], ...]  # (gidx, gi_id)
     dra: bool = False
     group: int = -1  # lanes of one deployment share a group
+    since: int | None = (
+        None  # epoch seconds: the lane's device exists from then (a re-partition's new instance)
+    )
+    until: int | None = None  # epoch seconds: its pods are gone by then (drained for a re-partition)
 
     @property
     def slot_kinds(self) -> tuple[str, ...]:
@@ -514,6 +566,14 @@ class Layout:
     xid: Window | None
     reset_gpu: int | None
     reset: Window | None  # start_s = reset time
+    # The changing pool (FactorySpec.mig_repartition, pod_churn, relabel), all on `events_day`:
+    events_day: date | None = None
+    repartition: Window | None = None  # [start_s, end_s): no MIG instances (and a whole GPU's reset gap)
+    repartition_gpus: tuple[int, ...] = ()  # gidx of the GPUs whose layout changes (GpuInfo.mig_after)
+    whole_hold_lane: int | None = None  # the whole GPU's old lane: one pod holds it 02:00-10:00Z that day
+    churn_lane: int | None = None  # vllm-0's lane (an inference replica)
+    short_job_lane: int | None = None  # the DRA lane of the 20-minute job
+    relabel_lane: int | None = None  # the relabelled pod's lane
 
     def node(self, name: str) -> NodeInfo:
         return next(n for n in self.nodes if n.name == name)
@@ -570,14 +630,21 @@ def factory_layout(spec: FactorySpec) -> Layout:
     for k, (n, i) in enumerate(sorted(schedulable, key=tier)[:n_mig]):
         mig_pattern[(n.name, i)] = i if tier((n, i))[0] == 0 else k % len(MIG_PATTERNS)
 
+    # mig_repartition: the first 7 x 1g GPU is re-partitioned (and DRA-managed when the spec has DRA GPUs, so
+    # that its ResourceSlice is re-published; it does not count against dra_gpus).
+    repart_mig = None
+    if spec.mig_repartition:
+        repart_mig = next(
+            ((n.name, i) for n in nodes for i in range(n.gpus) if mig_pattern.get((n.name, i)) == 3), None
+        )
     dra_left = spec.dra_gpus
     ts_left = spec.timesliced_gpus
     gpus: list[GpuInfo] = []
     lanes: list[Lane] = []
+    kai_nodes: list[tuple[NodeInfo, dict[int, GpuInfo]]] = []
     pattern_pos = 0
     group = 0
     for n in nodes:
-        model = MODELS[n.model]
         node_gpus: dict[int, GpuInfo] = {}
         for i in range(n.gpus):
             gpu_uuid = "GPU-" + _hash_uuid(spec.seed, spec.cluster, n.name, i)
@@ -588,23 +655,14 @@ def factory_layout(spec: FactorySpec) -> Layout:
             dra = pattern == 2 and dra_left > 0
             if dra:
                 dra_left -= 1
-            instances = []
-            for compute, gi_id, start in MIG_PATTERNS[pattern]:
-                profile, mem = model.profile(compute)
-                instances.append(
-                    MigInstance(
-                        gi_id, profile, compute, mem, start,
-                        "MIG-" + _hash_uuid(spec.seed, spec.cluster, n.name, i, gi_id),
-                        f"gpu-{i}-mig-{gi_id}-{start}-{compute}" if dra else None,
-                    )
-                )  # fmt: skip
+            elif (n.name, i) == repart_mig and spec.dra_gpus > 0:
+                dra = True
+            instances = _mig_instances(spec, n, i, MIG_PATTERNS[pattern], dra)
             node_gpus[i] = GpuInfo(
-                len(gpus) + i, n.name, i, gpu_uuid, n.model, tuple(instances), pattern, dra
+                len(gpus) + i, n.name, i, gpu_uuid, n.model, instances, pattern, dra
             )  # fmt: skip
-        if n.kai:
-            for i in range(n.gpus):
-                group += 1
-                lanes.append(Lane(len(lanes), "kai", n.name, ((node_gpus[i].gidx, None),), group=group))
+        if n.kai:  # its lanes come last, after those a re-partition adds (so KAI changes no other lane)
+            kai_nodes.append((n, node_gpus))
         elif not n.cordoned:
             whole = [i for i in range(n.gpus) if not node_gpus[i].is_mig]
             j = 0
@@ -651,6 +709,11 @@ def factory_layout(spec: FactorySpec) -> Layout:
     last = spec.days - 1
     sched_nodes = [n for n in nodes if not n.cordoned and not n.kai]
     outage_node = sched_nodes[-1].name if spec.outage and sched_nodes else None
+    events = _place_events(spec, gpus, lanes, repart_mig, outage_node)
+    for n, node_gpus in kai_nodes:
+        for i in range(n.gpus):
+            group += 1
+            lanes.append(Lane(len(lanes), "kai", n.name, ((node_gpus[i].gidx, None),), group=group))
     outage = Window(spec.start + timedelta(days=min(1, last)), 13 * 3600, 15 * 3600) if outage_node else None
     whole_held = [lane for lane in lanes if lane.kind not in ("free",) and lane.devices[0][1] is None]
     xid_gpu = None
@@ -670,8 +733,138 @@ def factory_layout(spec: FactorySpec) -> Layout:
         else None
     )
     return Layout(
-        tuple(nodes), tuple(gpus), tuple(lanes), outage_node, outage, xid_gpu, xid, reset_gpu, reset
+        tuple(nodes), tuple(gpus), tuple(lanes), outage_node, outage, xid_gpu, xid, reset_gpu, reset, **events
     )
+
+
+def _mig_instances(
+    spec: FactorySpec,
+    n: NodeInfo,
+    i: int,
+    pattern: tuple[tuple[int, int, int], ...],
+    dra: bool,
+    tag: str = "",
+) -> tuple[MigInstance, ...]:
+    """A GPU's MIG instances for a layout of (compute slices, GPU_I_ID, placement start); `tag` tells a
+    later layout's instances (new MIG device UUIDs) from the first's."""
+    model = MODELS[n.model]
+    instances = []
+    for compute, gi_id, start in pattern:
+        profile, mem = model.profile(compute)
+        parts = (spec.seed, spec.cluster, n.name, i, gi_id) + ((tag,) if tag else ())
+        instances.append(
+            MigInstance(
+                gi_id, profile, compute, mem, start, "MIG-" + _hash_uuid(*parts),
+                f"gpu-{i}-mig-{gi_id}-{start}-{compute}" if dra else None,
+            )
+        )  # fmt: skip
+    return tuple(instances)
+
+
+# The changing pool's day (seconds after its midnight, UTC).
+REPARTITION_S = (12 * 3600, 12 * 3600 + 600)  # MIG manager: no instances (a whole GPU: no series at all)
+DRAIN_S = 11 * 3600 + 50 * 60  # the re-partitioned MIG GPU's pods are deleted
+NEW_LAYOUT_PODS_S = (12 * 3600 + 12 * 60, 12 * 3600 + 15 * 60)  # its new long-running pods: created, Running
+WHOLE_HOLD_S = (2 * 3600, 10 * 3600)  # the pod holding the GPU that goes MIG, Running
+CHURN_S = (9 * 3600, 9 * 3600 + 300)  # vllm-0 deleted and recreated; the new one Running
+SHORT_JOB_S = (10 * 3600, 10 * 3600 + 20, 10 * 3600 + 1200)  # created, Running, deleted (its claim with it)
+RELABEL_S = 12 * 3600
+# After the re-partition: a 7 x 1g GPU becomes 2 x 3g (new GPU_I_IDs); a whole GPU becomes 3g + 2 x 2g.
+MIG_TO_MIG = ((3, 1, 0), (3, 2, 4))
+MIG_TO_MIG_KINDS = ("inference_small", "inference_small")
+WHOLE_TO_MIG = ((3, 2, 4), (2, 3, 0), (2, 4, 2))
+WHOLE_TO_MIG_KINDS = ("ft", "vceval", "free")
+
+
+def _place_events(
+    spec: FactorySpec,
+    gpus: list[GpuInfo],
+    lanes: list[Lane],
+    repart_mig: tuple[str, int] | None,
+    outage_node: str | None,
+) -> dict[str, Any]:
+    """Where the changing pool's events happen (Layout fields); updates `gpus` and `lanes` in place for a
+    re-partition: the old layout's lanes end, new lanes for the new instances are appended."""
+    if not (spec.mig_repartition or spec.pod_churn or spec.relabel):
+        return {}
+    day = spec.start + timedelta(days=min(1, spec.days - 1))
+    d0 = _epoch(day)
+    out: dict[str, Any] = {"events_day": day}
+    if spec.mig_repartition:
+        out["repartition"] = Window(day, *REPARTITION_S)
+        changed: list[int] = []
+        by_name = {(g.node, g.index): g for g in gpus}
+        new_since = d0 + REPARTITION_S[1]
+        if repart_mig is not None:
+            g = by_name[repart_mig]
+            node = _node_of(g, spec)
+            after = _mig_instances(spec, node, g.index, MIG_TO_MIG, g.dra, tag="repartition")
+            gpus[g.gidx] = replace(g, mig_after=after)
+            changed.append(g.gidx)
+            for k, lane in enumerate(lanes):
+                if lane.devices[0][0] == g.gidx:
+                    lanes[k] = replace(lane, until=d0 + DRAIN_S)
+            for inst, kind in zip(after, MIG_TO_MIG_KINDS, strict=True):
+                lanes.append(
+                    Lane(
+                        len(lanes), kind, g.node, ((g.gidx, inst.gi_id),), dra=g.dra,
+                        group=1_000_000 + g.gidx, since=new_since,
+                    )
+                )  # fmt: skip
+        whole = [
+            lane
+            for lane in lanes
+            if len(lane.devices) == 1
+            and lane.devices[0][1] is None
+            and not lane.dra
+            and not gpus[lane.devices[0][0]].timesliced
+        ]
+        candidates = (
+            [lane for lane in whole if lane.kind == "free" and lane.node != outage_node]
+            or [lane for lane in whole if lane.kind == "free"]
+            or [lane for lane in whole if lane.kind in ("sandbox", "research")]
+        )
+        if candidates:
+            old = candidates[0]
+            g = gpus[old.devices[0][0]]
+            after = _mig_instances(spec, _node_of(g, spec), g.index, WHOLE_TO_MIG, False, tag="repartition")
+            gpus[g.gidx] = replace(g, mig_after=after)
+            changed.append(g.gidx)
+            lanes[old.lid] = replace(old, until=d0)  # its own jobs end by midnight; one pod holds it that day
+            out["whole_hold_lane"] = old.lid
+            for inst, kind in zip(after, WHOLE_TO_MIG_KINDS, strict=True):
+                lanes.append(
+                    Lane(
+                        len(lanes), kind, g.node, ((g.gidx, inst.gi_id),),
+                        group=1_000_000 + g.gidx, since=new_since,
+                    )
+                )  # fmt: skip
+        out["repartition_gpus"] = tuple(sorted(changed))
+    if spec.pod_churn:
+        out["churn_lane"] = next((lane.lid for lane in lanes if lane.kind == "inference"), None)
+        start, _running, end = (d0 + t for t in SHORT_JOB_S)
+        out["short_job_lane"] = next(
+            (
+                lane.lid
+                for lane in lanes
+                if lane.dra
+                and lane.kind == "free"
+                and (lane.since is None or lane.since <= start)
+                and (lane.until is None or lane.until >= end)
+            ),
+            None,
+        )
+    if spec.relabel:
+        churn = out.get("churn_lane")
+        out["relabel_lane"] = next(
+            (lane.lid for lane in lanes if lane.kind == "idle_held"),
+            next((lane.lid for lane in lanes if lane.kind == "inference" and lane.lid != churn), None),
+        )
+    return out
+
+
+def _node_of(g: GpuInfo, spec: FactorySpec) -> NodeInfo:
+    return NodeInfo(g.node, g.model, -1, spec.gpus_per_node, False)
 
 
 def _replace(g: GpuInfo, **changes: Any) -> GpuInfo:
@@ -705,6 +898,11 @@ class Pod:
     claim_name: str | None = None  # the generated ResourceClaim (DRA pods)
     claim_uid: str | None = None
     annotations: tuple[tuple[str, str], ...] = ()  # kube_pod_annotations keys, sanitized (annotation_...)
+    relabel_at: int | None = None  # epoch seconds: from then kube_pod_labels shows `labels_after`
+    labels_after: tuple[tuple[str, str], ...] = ()
+
+    def labels_at(self, t: int) -> tuple[tuple[str, str], ...]:
+        return self.labels_after if self.relabel_at is not None and t >= self.relabel_at else self.labels
 
 
 def _epoch(d: date) -> int:
@@ -721,7 +919,7 @@ def _pod_requests(
     gpu = layout.gpus[lane.devices[0][0]]
     gi = lane.devices[0][1]
     if gi is not None:
-        inst = next(m for m in gpu.mig if m.gi_id == gi)
+        inst = gpu.instance(gi)
         weight = inst.compute / 7
         gpu_req = None if lane.dra else (f"nvidia_com_mig_{inst.profile.replace('.', '_')}", 1.0)
     elif lane.kind == "timesliced":
@@ -744,8 +942,9 @@ def _pod_requests(
 def _make_pod(
     spec: FactorySpec, layout: Layout, lane: Lane, slot: int, kind_name: str, rng: np.random.Generator,
     job: str, created: int, running: int, finished: int, deleted: int, end_phase: str,
+    kind: JobKind | None = None,
 ) -> Pod:  # fmt: skip
-    kind = KINDS[kind_name]
+    kind = kind or KINDS[kind_name]
     namespace = kind.namespaces[int(rng.integers(len(kind.namespaces)))]
     labels = dict(kind.labels)
     if kind.owner_kind == "Job":
@@ -789,20 +988,73 @@ def _make_pod(
     )  # fmt: skip
 
 
-def _long_running_pod(spec: FactorySpec, layout: Layout, lane: Lane, slot: int, kind_name: str) -> Pod:
+def _long_running_pods(spec: FactorySpec, layout: Layout, lane: Lane, slot: int, kind_name: str) -> list[Pod]:
+    """The pod(s) that live through the period on a lane slot: one, or, on the churn lane, the StatefulSet
+    pod vllm-0 before and after it is deleted and recreated (a new uid) on the events day."""
     kind = KINDS[kind_name]
     rng = np.random.default_rng([spec.seed, 0, 4, lane.lid, slot])
     created = _epoch(spec.start) - 3 * DAY_S - 3600 + (lane.lid * 37) % 3600
+    running = created + 45
+    if lane.since is not None:  # a new MIG instance's pod: from the re-partition on
+        created, running = (lane.since - REPARTITION_S[1] + t for t in NEW_LAYOUT_PODS_S)
+    end = FOREVER if lane.until is None else lane.until  # drained: deleted while Running
     stem = kind.stems[0]
+    if lane.lid == layout.churn_lane and layout.events_day is not None:
+        kind = replace(kind, owner_kind="StatefulSet", labels=(("app", "vllm"),))
+        gone, back = (_epoch(layout.events_day) + t for t in CHURN_S)
+        return [
+            _make_pod(
+                spec, layout, lane, slot, kind_name, np.random.default_rng([spec.seed, 0, 4, lane.lid, slot]),
+                "vllm", c, r, f, f, "Succeeded", kind=kind,
+            )
+            for c, r, f in ((created, running, gone), (gone, back, end))
+        ]  # fmt: skip
     if kind.owner_kind == "ReplicaSet":
         job = f"{stem}-{_suffix(spec.seed, stem, lane.group, n=10)}"
     elif kind.owner_kind == "StatefulSet":
         job = stem if lane.lid == _first_lane_of_kind(layout, kind_name) else f"{stem}-{lane.lid}"
     else:
         job = f"{stem}-{lane.lid}"
-    return _make_pod(
-        spec, layout, lane, slot, kind_name, rng, job, created, created + 45, FOREVER, FOREVER, "Succeeded"
-    )
+    pod = _make_pod(spec, layout, lane, slot, kind_name, rng, job, created, running, end, end, "Succeeded")
+    if lane.lid == layout.relabel_lane and layout.events_day is not None:
+        labels = dict(pod.labels)
+        before = tuple(sorted({**labels, "label_team": "c"}.items()))
+        after = tuple(sorted({**labels, "label_team": "research"}.items()))
+        pod = replace(
+            pod, labels=before, labels_after=after, relabel_at=_epoch(layout.events_day) + RELABEL_S
+        )
+    return [pod]
+
+
+def _scenario_pods(spec: FactorySpec, layout: Layout) -> list[Pod]:
+    """The events day's one-off pods: the pod holding the GPU that goes MIG at noon (02:00-10:00Z, through
+    dcgm-exporter's pod labels) and the 20-minute DRA job, deleted as it ends (no Succeeded phase lingers)."""
+    if layout.events_day is None:
+        return []
+    day = layout.events_day
+    d0 = _epoch(day)
+    pods = []
+    if layout.whole_hold_lane is not None:
+        lane = layout.lanes[layout.whole_hold_lane]
+        rng = np.random.default_rng([spec.seed, day.toordinal(), 7, lane.lid])
+        running, finished = (d0 + t for t in WHOLE_HOLD_S)
+        pods.append(
+            _make_pod(
+                spec, layout, lane, 0, "benchmark", rng, f"gpu-burn-{day:%m%d}",
+                running - 120, running, finished, finished + 120, "Succeeded",
+            )
+        )  # fmt: skip
+    if layout.short_job_lane is not None:
+        lane = layout.lanes[layout.short_job_lane]
+        rng = np.random.default_rng([spec.seed, day.toordinal(), 8, lane.lid])
+        created, running, deleted = (d0 + t for t in SHORT_JOB_S)
+        pods.append(
+            _make_pod(
+                spec, layout, lane, 0, "ft", rng, f"smoke-test-{day:%m%d}",
+                created, running, deleted, deleted, "Succeeded",
+            )
+        )  # fmt: skip
+    return pods
 
 
 def _first_lane_of_kind(layout: Layout, kind: str) -> int:
@@ -816,6 +1068,10 @@ def _jobs_started(spec: FactorySpec, lane: Lane, slot: int, kind_name: str, day:
     rng = np.random.default_rng([spec.seed, day.toordinal(), 1, lane.lid, slot])
     w0 = _epoch(day) + 4 * 3600
     w1 = w0 + DAY_S
+    if lane.since is not None:  # a re-partition's new instance: jobs from then on
+        w0 = max(w0, lane.since)
+    if lane.until is not None:  # drained for a re-partition: jobs end before
+        w1 = min(w1, lane.until)
     pods: list[Pod] = []
     t = w0 + int(rng.uniform(*kind.gap_min) * 60)
     k = 0
@@ -861,12 +1117,15 @@ def day_pods(spec: FactorySpec, day: date) -> list[Pod]:
             continue
         for slot, kind_name in enumerate(lane.slot_kinds):
             if KINDS[kind_name].long_running:
-                pods.append(_long_running_pod(spec, layout, lane, slot, kind_name))
-                continue
-            for d in (day - timedelta(days=1), day):
-                for pod in _jobs_started(spec, lane, slot, kind_name, d):
-                    if pod.created < d1 and pod.deleted > d0:
-                        pods.append(pod)
+                found = _long_running_pods(spec, layout, lane, slot, kind_name)
+            else:
+                found = [
+                    p
+                    for d in (day - timedelta(days=1), day)
+                    for p in _jobs_started(spec, lane, slot, kind_name, d)
+                ]
+            pods.extend(pod for pod in found if pod.created < d1 and pod.deleted > d0)
+    pods.extend(pod for pod in _scenario_pods(spec, layout) if pod.created < d1 and pod.deleted > d0)
     return pods
 
 
@@ -891,9 +1150,17 @@ class _Ctx:
     slot_holder: dict[tuple[int, int], np.ndarray] = field(default_factory=dict)
     slot_busy: dict[tuple[int, int], np.ndarray] = field(default_factory=dict)
     slot_mem: dict[tuple[int, int], np.ndarray] = field(default_factory=dict)
+    # kube-state-metrics / OpenCost / Kueue scrapes are at d0 + phase + k * step (ksm_offset_s before the
+    # dcgm-exporter grid: phase = step - offset), all within the day (R2).
+    phase: int = 0
 
     def idx(self, t: int) -> int:
+        """Index of the first dcgm-exporter sample at or after epoch second t."""
         return _ceil_idx(t, self.d0, self.step, self.n)
+
+    def kidx(self, t: int) -> int:
+        """Index of the first kube scrape at or after epoch second t."""
+        return _ceil_idx(t - self.phase, self.d0, self.step, self.n)
 
 
 def _shape(shape: str, level: float, noise: np.ndarray, u: np.ndarray, hours: np.ndarray) -> np.ndarray:
@@ -918,6 +1185,10 @@ def _build_ctx(spec: FactorySpec, day: date) -> _Ctx:
     step = spec.scrape_interval_s
     n = DAY_S // step
     ctx = _Ctx(spec, layout, day, _epoch(day), n, step, day_pods(spec, day), (np.arange(n) * step) / 3600.0)
+    ctx.phase = (step - spec.ksm_offset_s) % step
+    # dcgm-exporter names a pod at a sample exactly when the latest kube scrape before it shows the pod
+    # Running: that scrape is ksm_offset_s earlier.
+    off = spec.ksm_offset_s
     by_slot: dict[tuple[int, int], list[int]] = {}
     for i, pod in enumerate(ctx.pods):
         by_slot.setdefault((pod.lane, pod.slot), []).append(i)
@@ -931,7 +1202,7 @@ def _build_ctx(spec: FactorySpec, day: date) -> _Ctx:
             mem = np.zeros(n)
             for i in by_slot.get((lane.lid, slot), []):
                 pod = ctx.pods[i]
-                r0, r1 = ctx.idx(pod.running), ctx.idx(pod.finished)
+                r0, r1 = ctx.idx(pod.running + off), ctx.idx(pod.finished + off)
                 if r1 <= r0:
                     continue
                 holder[r0:r1] = i
@@ -946,15 +1217,57 @@ def _build_ctx(spec: FactorySpec, day: date) -> _Ctx:
     return ctx
 
 
+@dataclass(frozen=True)
+class _Segment:
+    """A stretch [i0, i1) of a day's samples in which a GPU has one layout: whole (`instances` None) or MIG
+    with these instances (possibly none: between two layouts the GPU-level series go on)."""
+
+    i0: int
+    i1: int
+    instances: tuple[MigInstance, ...] | None
+
+
+@dataclass
+class _Device:
+    """One billable device of a GPU for the day: the whole GPU (`inst` None) or a MIG instance, with its
+    lane slots' holders, busy and memory per sample (zero, -1 outside its segment)."""
+
+    segment: _Segment
+    inst: MigInstance | None
+    holders: list[np.ndarray]
+    busy: np.ndarray
+    mem: np.ndarray
+
+
 @dataclass
 class _GpuDay:
-    """One GPU's values for the day. `devices`: (gi_id or None, slot holders, busy, mem) per device."""
+    """One GPU's values for the day, its layout segments and their devices."""
 
     power: np.ndarray
     temp: np.ndarray
     xid: np.ndarray
     energy_inc: np.ndarray  # int64 mJ accumulated over each sample's interval
-    devices: list[tuple[int | None, list[np.ndarray], np.ndarray, np.ndarray]]
+    segments: list[_Segment]
+    devices: list[_Device]
+
+
+def _segments(ctx: _Ctx, gpu: GpuInfo) -> list[_Segment]:
+    """The GPU's layouts over the day (R3: a GPU's mode is per sample). A re-partition on the events day:
+    the old layout until its start, then no instances until its end (a whole GPU going MIG is reset by the
+    MIG manager: no series at all), then the new layout; the new layout on every later day."""
+    n = ctx.n
+    before = gpu.mig or None
+    rw = ctx.layout.repartition
+    if gpu.mig_after is None or rw is None or ctx.day < rw.day:
+        return [_Segment(0, n, before)]
+    if ctx.day > rw.day:
+        return [_Segment(0, n, gpu.mig_after)]
+    i0, i1 = ctx.idx(ctx.d0 + rw.start_s), ctx.idx(ctx.d0 + rw.end_s)
+    out = [_Segment(0, i0, before)]
+    if before is not None:
+        out.append(_Segment(i0, i1, ()))
+    out.append(_Segment(i1, n, gpu.mig_after))
+    return out
 
 
 def _lane_index(layout: Layout) -> dict[tuple[int, int | None], Lane]:
@@ -972,33 +1285,41 @@ def _gpu_day(ctx: _Ctx, gpu: GpuInfo, lanes: dict[tuple[int, int | None], Lane])
         xid[xw.start_s // ctx.step : xw.end_s // ctx.step] = XID_CODE
     stalled = xid > 0
     devices = []
-    keys = [(gpu.gidx, m.gi_id) for m in gpu.mig] if gpu.is_mig else [(gpu.gidx, None)]
     load = np.zeros(n)
     held_any = np.zeros(n, dtype=bool)
-    for key in keys:
-        lane = lanes.get(key)
-        if lane is None:  # cordoned node: free
-            holders = [np.full(n, -1, dtype=np.int32)]
-            busy, mem = np.zeros(n), np.zeros(n)
-        else:
-            slots = range(len(lane.slot_kinds))
-            holders = [ctx.slot_holder[(lane.lid, s)] for s in slots]
-            busy = np.clip(sum(ctx.slot_busy[(lane.lid, s)] for s in slots), 0.0, 1.0)
-            mem = np.clip(sum(ctx.slot_mem[(lane.lid, s)] for s in slots), 0.0, 0.95)
-            held = np.any(np.stack(holders) >= 0, axis=0)
-            busy = np.where(held, np.clip(busy * (1.0 + 0.02 * noise[0]), 0.0, 1.0), 0.0)
-            held_any |= held
-        busy = np.where(stalled, 0.0, busy)
-        weight = next(m.compute for m in gpu.mig if m.gi_id == key[1]) / 7 if key[1] is not None else 1.0
-        load += busy * weight
-        devices.append((key[1], holders, busy, mem))
+    segments = _segments(ctx, gpu)
+    for seg in segments:
+        whole_day = seg.i0 == 0 and seg.i1 == n
+        insts: tuple[MigInstance | None, ...] = (None,) if seg.instances is None else seg.instances
+        for inst in insts:
+            lane = lanes.get((gpu.gidx, None if inst is None else inst.gi_id))
+            if lane is None:  # cordoned node: free
+                holders = [np.full(n, -1, dtype=np.int32)]
+                busy, mem = np.zeros(n), np.zeros(n)
+            else:
+                slots = range(len(lane.slot_kinds))
+                holders = [ctx.slot_holder[(lane.lid, s)] for s in slots]
+                if not whole_day:  # a device of part of the day: nobody holds it outside
+                    inside = np.zeros(n, dtype=bool)
+                    inside[seg.i0 : seg.i1] = True
+                    holders = [np.where(inside, h, -1).astype(np.int32) for h in holders]
+                busy = np.clip(sum(ctx.slot_busy[(lane.lid, s)] for s in slots), 0.0, 1.0)
+                mem = np.clip(sum(ctx.slot_mem[(lane.lid, s)] for s in slots), 0.0, 0.95)
+                held = np.any(np.stack(holders) >= 0, axis=0)
+                busy = np.where(held, np.clip(busy * (1.0 + 0.02 * noise[0]), 0.0, 1.0), 0.0)
+                mem = np.where(held, mem, 0.0)
+                held_any |= held
+            busy = np.where(stalled, 0.0, busy)
+            weight = inst.compute / 7 if inst is not None else 1.0
+            load += busy * weight
+            devices.append(_Device(seg, inst, holders, busy, mem))
     power = model.idle_w + (model.tdp_w - model.idle_w) * np.clip(load, 0, 1) ** 0.85 + 12.0 * held_any
     power = np.round(np.clip(power + 3.0 * noise[1], model.idle_w * 0.9, model.tdp_w), 3)
     k = max(1, 300 // ctx.step)
     smooth = np.convolve(np.clip(load, 0, 1), np.ones(k) / k, mode="full")[:n]
     temp = np.rint(30.0 + 45.0 * smooth + 0.6 * noise[2])
     energy_inc = np.rint(power * ctx.step * 1000.0).astype(np.int64)
-    return _GpuDay(power, temp, xid, energy_inc, devices)
+    return _GpuDay(power, temp, xid, energy_inc, segments, devices)
 
 
 @dataclass(frozen=True)
@@ -1094,7 +1415,10 @@ class _Rows:
         self.value.append(np.broadcast_to(np.asarray(values, dtype=np.float64), idx.shape))
         self.label.append(np.broadcast_to(np.asarray(labels, dtype=np.int32), idx.shape))
 
-    def table(self, ctx: _Ctx, schema: pa.Schema, label_columns: dict[str, pa.Array]) -> pa.Table:
+    def table(
+        self, ctx: _Ctx, schema: pa.Schema, label_columns: dict[str, pa.Array], phase_s: int = 0
+    ) -> pa.Table:
+        """The rows as a raw-schema table; sample i is at d0 + phase_s + i * step."""
         if not self.idx:
             return schema.empty_table()
         idx = np.concatenate(self.idx)
@@ -1104,7 +1428,7 @@ class _Rows:
         labels = pa.array(np.concatenate(self.label)[order])
         columns: dict[str, pa.Array] = {
             "cluster": pa.array([ctx.spec.cluster]).take(pa.array(np.zeros(len(idx), dtype=np.int32))),
-            "ts_ms": pa.array(ctx.d0 * 1000 + idx.astype(np.int64) * (ctx.step * 1000)),
+            "ts_ms": pa.array((ctx.d0 + phase_s) * 1000 + idx.astype(np.int64) * (ctx.step * 1000)),
             "metric": metric,
             "value": pa.array(np.concatenate(self.value)[order]),
         }
@@ -1153,42 +1477,69 @@ def _holder_codes(
 
 def _dcgm_rows(ctx: _Ctx, rows: _Rows, gpu: GpuInfo, gd: _GpuDay, energy: np.ndarray) -> None:
     n = ctx.n
-    model = MODELS[gpu.model]
-    observed = np.ones(n, dtype=bool)
+    observed = np.zeros(n, dtype=bool)
+    for seg in gd.segments:  # a GPU reset between two layouts: no series at all
+        observed[seg.i0 : seg.i1] = True
     ow = ctx.layout.outage
     if ow is not None and ctx.layout.outage_node == gpu.node and ow.day == ctx.day:
         observed[ow.start_s // ctx.step : ow.end_s // ctx.step] = False
     rng = np.random.default_rng([ctx.spec.seed, ctx.day.toordinal(), 6, gpu.gidx])
-    if not gpu.is_mig:
-        _, holders, busy, mem = gd.devices[0]
-        held = np.any(np.stack(holders) >= 0, axis=0)
-        fb_used = np.where(
-            held, np.rint(np.clip(mem * (1 + 0.002 * rng.normal(size=n)), 0, 1) * model.fb_mib), 0.0
-        )
-        values = {
-            DCGM_GPU_UTIL: np.rint(busy * 100.0),
-            DCGM_GR_ENGINE_ACTIVE: np.round(np.clip(busy - np.abs(0.008 * rng.normal(size=n)), 0.0, 1.0), 4),
-            DCGM_FB_USED: fb_used,
-            DCGM_FB_FREE: model.fb_mib - fb_used,
-            DCGM_POWER: gd.power,
-            DCGM_ENERGY: energy.astype(np.float64),
-            DCGM_XID: gd.xid,
-            DCGM_TEMP: gd.temp,
-        }
-        if gpu.timesliced:
-            series = []
-            for s, holder in enumerate(holders):
-                codes = _holder_codes(rows, ctx, gpu, None, holder, s, False)
-                series.append((observed & (holder >= 0), codes))
-            unheld = rows.label_code(_dcgm_key(gpu, None, None, None))
-            series.append((observed & ~held, np.full(n, unheld, dtype=np.int32)))
+    for seg in gd.segments:
+        seen = observed
+        if seg.i0 > 0 or seg.i1 < n:
+            seen = np.zeros(n, dtype=bool)
+            seen[seg.i0 : seg.i1] = observed[seg.i0 : seg.i1]
+        devices = [d for d in gd.devices if d.segment is seg]
+        if seg.instances is None:
+            _whole_rows(ctx, rows, gpu, gd, energy, devices[0], seen, rng)
         else:
-            series = [(observed, _holder_codes(rows, ctx, gpu, None, holders[0], None, gpu.dra))]
-        for mask, codes in series:
-            where = np.flatnonzero(mask)
-            for metric in WHOLE_METRICS:
-                rows.add(where, metric, values[metric][where], codes[where])
-        return
+            _mig_rows(ctx, rows, gpu, gd, energy, devices, seen, rng)
+
+
+def _whole_rows(
+    ctx: _Ctx, rows: _Rows, gpu: GpuInfo, gd: _GpuDay, energy: np.ndarray, device: _Device,
+    observed: np.ndarray, rng: np.random.Generator,
+) -> None:  # fmt: skip
+    n = ctx.n
+    model = MODELS[gpu.model]
+    holders, busy, mem = device.holders, device.busy, device.mem
+    held = np.any(np.stack(holders) >= 0, axis=0)
+    fb_used = np.where(
+        held, np.rint(np.clip(mem * (1 + 0.002 * rng.normal(size=n)), 0, 1) * model.fb_mib), 0.0
+    )
+    values = {
+        DCGM_GPU_UTIL: np.rint(busy * 100.0),
+        DCGM_GR_ENGINE_ACTIVE: np.round(np.clip(busy - np.abs(0.008 * rng.normal(size=n)), 0.0, 1.0), 4),
+        DCGM_FB_USED: fb_used,
+        DCGM_FB_FREE: model.fb_mib - fb_used,
+        DCGM_POWER: gd.power,
+        DCGM_ENERGY: energy.astype(np.float64),
+        DCGM_XID: gd.xid,
+        DCGM_TEMP: gd.temp,
+    }
+    if gpu.timesliced:
+        series = []
+        for s, holder in enumerate(holders):
+            codes = _holder_codes(rows, ctx, gpu, None, holder, s, False)
+            series.append((observed & (holder >= 0), codes))
+        unheld = rows.label_code(_dcgm_key(gpu, None, None, None))
+        series.append((observed & ~held, np.full(n, unheld, dtype=np.int32)))
+    else:
+        series = [(observed, _holder_codes(rows, ctx, gpu, None, holders[0], None, gpu.dra))]
+    for mask, codes in series:
+        where = np.flatnonzero(mask)
+        for metric in WHOLE_METRICS:
+            rows.add(where, metric, values[metric][where], codes[where])
+
+
+def _mig_rows(
+    ctx: _Ctx, rows: _Rows, gpu: GpuInfo, gd: _GpuDay, energy: np.ndarray, devices: list[_Device],
+    observed: np.ndarray, rng: np.random.Generator,
+) -> None:  # fmt: skip
+    """The GPU-level series (no GPU_I_ID, no pod: power, energy, XID, temperature) and one series per MIG
+    instance (GR_ENGINE_ACTIVE and FB_USED, with its pod)."""
+    n = ctx.n
+    model = MODELS[gpu.model]
     where = np.flatnonzero(observed)
     parent = rows.label_code(_dcgm_key(gpu, None, None, None))
     parent_values = {
@@ -1199,12 +1550,14 @@ def _dcgm_rows(ctx: _Ctx, rows: _Rows, gpu: GpuInfo, gd: _GpuDay, energy: np.nda
     }
     for metric in MIG_PARENT_METRICS:
         rows.add(where, metric, parent_values[metric][where], parent)
-    for inst, (_gi, holders, busy, mem) in zip(gpu.mig, gd.devices, strict=True):
-        codes = _holder_codes(rows, ctx, gpu, inst, holders[0], None, gpu.dra)
+    for device in devices:
+        inst = device.inst
+        assert inst is not None
+        codes = _holder_codes(rows, ctx, gpu, inst, device.holders[0], None, gpu.dra)
         inst_fb = model.fb_mib * inst.memory_slices / 8
-        held = holders[0] >= 0
-        gr = np.round(np.clip(busy - np.abs(0.008 * rng.normal(size=n)), 0.0, 1.0), 4)
-        fb_used = np.where(held, np.rint(mem * inst_fb), 0.0)
+        held = device.holders[0] >= 0
+        gr = np.round(np.clip(device.busy - np.abs(0.008 * rng.normal(size=n)), 0.0, 1.0), 4)
+        fb_used = np.where(held, np.rint(device.mem * inst_fb), 0.0)
         rows.add(where, DCGM_GR_ENGINE_ACTIVE, gr[where], codes[where])
         rows.add(where, DCGM_FB_USED, fb_used[where], codes[where])
 
@@ -1216,6 +1569,38 @@ def _json(labels: dict[str, str]) -> str:
 PHASES = ("Pending", "Running", "Succeeded", "Failed", "Unknown")
 
 
+def _gpu_layout_pieces(ctx: _Ctx, gpus: list[GpuInfo]) -> list[tuple[int, int, bool]]:
+    """[k0, k1) ranges of the day's kube scrapes and whether the re-partition's new layouts hold then: the
+    device plugin reports the new MIG capacity from the end of the re-partition."""
+    rw = ctx.layout.repartition
+    if rw is None or not any(g.mig_after is not None for g in gpus) or ctx.day < rw.day:
+        return [(0, ctx.n, False)]
+    if ctx.day > rw.day:
+        return [(0, ctx.n, True)]
+    k = ctx.kidx(ctx.d0 + rw.end_s)
+    return [(0, k, False), (k, ctx.n, True)]
+
+
+def _node_capacity(gpus: list[GpuInfo], after: bool) -> dict[str, float]:
+    """The device plugin's GPU capacity of a node: whole GPUs, time-sliced replicas, MIG instances by
+    profile (mixed strategy); DRA-managed GPUs are not in it."""
+
+    def mig(g: GpuInfo) -> tuple[MigInstance, ...]:
+        return g.mig_after if after and g.mig_after is not None else g.mig
+
+    capacity: dict[str, float] = {}
+    whole = [g for g in gpus if not mig(g) and not g.dra and not g.timesliced]
+    capacity["nvidia_com_gpu"] = float(len(whole))
+    for g in gpus:
+        if g.timesliced:
+            capacity["nvidia_com_gpu_shared"] = capacity.get("nvidia_com_gpu_shared", 0.0) + 3.0
+        if mig(g) and not g.dra:
+            for m in mig(g):
+                key = f"nvidia_com_mig_{m.profile.replace('.', '_')}"
+                capacity[key] = capacity.get(key, 0.0) + 1.0
+    return capacity
+
+
 def _kube_rows(ctx: _Ctx, rows: _Rows) -> None:
     n = ctx.n
     every = np.arange(n, dtype=np.int32)
@@ -1223,38 +1608,34 @@ def _kube_rows(ctx: _Ctx, rows: _Rows) -> None:
     for node in layout.nodes:
         model = MODELS[node.model]
         gpus = [g for g in layout.gpus if g.node == node.name]
-        capacity: dict[str, float] = {}
-        whole = [g for g in gpus if not g.is_mig and not g.dra and not g.timesliced]
-        capacity["nvidia_com_gpu"] = float(len(whole))
-        for g in gpus:
-            if g.timesliced:
-                capacity["nvidia_com_gpu_shared"] = capacity.get("nvidia_com_gpu_shared", 0.0) + 3.0
-            if g.is_mig and not g.dra:
-                for m in g.mig:
-                    key = f"nvidia_com_mig_{m.profile.replace('.', '_')}"
-                    capacity[key] = capacity.get(key, 0.0) + 1.0
         units = {"cpu": "core", "memory": "byte"}
-        for metric, cpu, memory in (
-            ("kube_node_status_capacity", model.node_cpu_cores, model.node_memory_bytes),
-            ("kube_node_status_allocatable", model.node_cpu_cores - 2, model.node_memory_bytes - 16 * _GiB),
-        ):
-            for resource, value in (
-                *sorted(capacity.items()),
-                ("cpu", float(cpu)),
-                ("memory", float(memory)),
+        for k0, k1, after in _gpu_layout_pieces(ctx, gpus):
+            capacity = _node_capacity(gpus, after)
+            for metric, cpu, memory in (
+                ("kube_node_status_capacity", model.node_cpu_cores, model.node_memory_bytes),
+                (
+                    "kube_node_status_allocatable",
+                    model.node_cpu_cores - 2,
+                    model.node_memory_bytes - 16 * _GiB,
+                ),
             ):
-                unit = units.get(resource, "integer")
-                code = rows.label_code(_json({"node": node.name, "resource": resource, "unit": unit}))
-                rows.add(every, metric, value, code)
-        node_labels = {
-            "node": node.name,
-            "label_nvidia_com_gpu_count": str(node.gpus),
-            "label_nvidia_com_gpu_product": model.product_label,
-            "label_node_kubernetes_io_instance_type": model.instance_type,
-        }
-        if any(g.is_mig for g in gpus):
-            node_labels["label_nvidia_com_mig_strategy"] = "mixed"
-        rows.add(every, "kube_node_labels", 1.0, rows.label_code(_json(node_labels)))
+                for resource, value in (
+                    *sorted(capacity.items()),
+                    ("cpu", float(cpu)),
+                    ("memory", float(memory)),
+                ):
+                    unit = units.get(resource, "integer")
+                    code = rows.label_code(_json({"node": node.name, "resource": resource, "unit": unit}))
+                    rows.add(every[k0:k1], metric, value, code)
+            node_labels = {
+                "node": node.name,
+                "label_nvidia_com_gpu_count": str(node.gpus),
+                "label_nvidia_com_gpu_product": model.product_label,
+                "label_node_kubernetes_io_instance_type": model.instance_type,
+            }
+            if any(g.mig_after if after and g.mig_after is not None else g.mig for g in gpus):
+                node_labels["label_nvidia_com_mig_strategy"] = "mixed"
+            rows.add(every[k0:k1], "kube_node_labels", 1.0, rows.label_code(_json(node_labels)))
         rows.add(
             every, "kube_node_spec_unschedulable", 1.0 if node.cordoned else 0.0,
             rows.label_code(_json({"node": node.name})),
@@ -1270,11 +1651,12 @@ def _kube_rows(ctx: _Ctx, rows: _Rows) -> None:
         }
         rows.add(every, "node_gpu_hourly_cost", model.price_per_gpu_hour, rows.label_code(_json(cost_labels)))
     for pod in ctx.pods:
-        e0, e1 = ctx.idx(pod.created), ctx.idx(pod.deleted)
+        # A pod's series exist from its creation until its deletion (then they vanish: R1a staleness).
+        e0, e1 = ctx.kidx(pod.created), ctx.kidx(pod.deleted)
         if e1 <= e0:
             continue
         idx = every[e0:e1]
-        r0, r1 = ctx.idx(pod.running), ctx.idx(pod.finished)
+        r0, r1 = ctx.kidx(pod.running), ctx.kidx(pod.finished)
         base = {"namespace": pod.namespace, "pod": pod.name, "uid": pod.uid}
         info = {
             **base,
@@ -1283,7 +1665,13 @@ def _kube_rows(ctx: _Ctx, rows: _Rows) -> None:
             "created_by_name": pod.owner_name,
         }
         rows.add(idx, "kube_pod_info", 1.0, rows.label_code(_json(info)))
-        rows.add(idx, "kube_pod_labels", 1.0, rows.label_code(_json({**base, **dict(pod.labels)})))
+        cut = e0 if pod.relabel_at is None else min(max(ctx.kidx(pod.relabel_at), e0), e1)
+        if cut > e0:  # relabelled: the old label set's series ends, the new one's starts
+            rows.add(
+                every[e0:cut], "kube_pod_labels", 1.0, rows.label_code(_json({**base, **dict(pod.labels)}))
+            )
+        after = pod.labels if pod.relabel_at is None else pod.labels_after
+        rows.add(every[cut:e1], "kube_pod_labels", 1.0, rows.label_code(_json({**base, **dict(after)})))
         phase_of = {
             "Pending": idx < r0,
             "Running": (idx >= r0) & (idx < r1),
@@ -1353,7 +1741,7 @@ def _kueue_rows(ctx: _Ctx, rows: _Rows) -> None:
         gpus = sum(value for resource, _, value in pod.requests if resource == "nvidia_com_gpu")
         if queue is None or not gpus:
             continue
-        r0, r1 = ctx.idx(pod.running), ctx.idx(pod.finished)  # admitted and holding its GPUs
+        r0, r1 = ctx.kidx(pod.running), ctx.kidx(pod.finished)  # admitted and holding its GPUs
         cq_usage[queue][r0:r1] += gpus
         lq_usage.setdefault(pod.namespace, np.zeros(ctx.n))[r0:r1] += gpus
     for queue, nominal in quota.items():
@@ -1379,13 +1767,29 @@ def _k8s_list(items: list[dict[str, Any]]) -> dict[str, Any]:
     return {"apiVersion": "v1", "kind": "List", "items": items, "metadata": {"resourceVersion": ""}}
 
 
-def resource_slices(spec: FactorySpec) -> dict[str, Any]:
-    """The NVIDIA DRA driver's ResourceSlices (resource.k8s.io/v1): one per node with DRA-managed GPUs."""
+def _republished_ms(layout: Layout, g: GpuInfo) -> tuple[int, int] | None:
+    """When the DRA driver re-publishes a re-partitioned DRA GPU's slice: without its MIG devices at the
+    start of the re-partition, with the new ones at its end (epoch ms)."""
+    rw = layout.repartition
+    if rw is None or g.mig_after is None or not g.dra:
+        return None
+    d0 = _epoch(rw.day)
+    return (d0 + rw.start_s) * 1000, (d0 + rw.end_s) * 1000
+
+
+def resource_slices(spec: FactorySpec, at_ms: int | None = None) -> dict[str, Any]:
+    """The NVIDIA DRA driver's ResourceSlices (resource.k8s.io/v1): one per node with DRA-managed GPUs.
+
+    `at_ms` None: one list holding every device the driver ever publishes (how a list of unknown time was
+    kept; a re-partitioned GPU's old and new MIG devices alike). Else the slices as published at that
+    moment, with `metadata.generation`: a re-partitioned GPU's slice is re-published (generation 2: no MIG
+    devices; 3: the new ones, new names) during the re-partition."""
     layout = factory_layout(spec)
     items = []
     for node in layout.nodes:
         model = MODELS[node.model]
         devices = []
+        generation = 1
         for g in layout.gpus:
             if g.node != node.name or not g.dra:
                 continue
@@ -1395,7 +1799,7 @@ def resource_slices(spec: FactorySpec) -> dict[str, Any]:
                 "driverVersion": {"version": DRIVER_VERSION},
                 "index": {"int": g.index},
             }
-            if not g.is_mig:
+            if not g.is_mig and g.mig_after is None:
                 devices.append(
                     {
                         "name": g.dra_device,
@@ -1403,7 +1807,14 @@ def resource_slices(spec: FactorySpec) -> dict[str, Any]:
                         "capacity": {"memory": {"value": f"{round(model.fb_mib / 1024)}Gi"}},
                     }
                 )
-            for m in g.mig:
+            shown = g.instances
+            republished = _republished_ms(layout, g)
+            if at_ms is not None and republished is not None:
+                generation += sum(at_ms >= t for t in republished)
+                shown = (
+                    g.mig if at_ms < republished[0] else () if at_ms < republished[1] else g.mig_after or ()
+                )
+            for m in shown:
                 attributes = {
                     "type": {"string": "mig"},
                     "uuid": {"string": m.uuid},
@@ -1419,21 +1830,24 @@ def resource_slices(spec: FactorySpec) -> dict[str, Any]:
                         "capacity": {"memory": {"value": memory}},
                     }
                 )
-        if not devices:
+        if not devices and generation == 1:
             continue
+        metadata: dict[str, Any] = {
+            "name": f"{node.name}-{DRA_DRIVER}-{_suffix(spec.seed, node.name, 'slice')}",
+            "uid": _hash_uuid(spec.seed, spec.cluster, "slice", node.name),
+            "creationTimestamp": _iso(_epoch(spec.start) - 7 * DAY_S),
+        }
+        if at_ms is not None:
+            metadata["generation"] = generation
         items.append(
             {
                 "apiVersion": "resource.k8s.io/v1",
                 "kind": "ResourceSlice",
-                "metadata": {
-                    "name": f"{node.name}-{DRA_DRIVER}-{_suffix(spec.seed, node.name, 'slice')}",
-                    "uid": _hash_uuid(spec.seed, spec.cluster, "slice", node.name),
-                    "creationTimestamp": _iso(_epoch(spec.start) - 7 * DAY_S),
-                },
+                "metadata": metadata,
                 "spec": {
                     "driver": DRA_DRIVER,
                     "nodeName": node.name,
-                    "pool": {"name": node.name, "generation": 1, "resourceSliceCount": 1},
+                    "pool": {"name": node.name, "generation": generation, "resourceSliceCount": 1},
                     "devices": devices,
                 },
             }
@@ -1441,8 +1855,9 @@ def resource_slices(spec: FactorySpec) -> dict[str, Any]:
     return _k8s_list(items)
 
 
-def _resource_claims(ctx: _Ctx) -> dict[str, Any]:
-    """Claims generated from the DRA pods' ResourceClaimTemplates that existed at some time of the day."""
+def _claim_items(ctx: _Ctx) -> list[tuple[Pod, dict[str, Any]]]:
+    """The ResourceClaim generated from each DRA pod's ResourceClaimTemplate, with its pod: it exists while
+    the pod does (created with it, deleted with it)."""
     layout = ctx.layout
     lanes = {lane.lid: lane for lane in layout.lanes}
     items = []
@@ -1453,62 +1868,96 @@ def _resource_claims(ctx: _Ctx) -> dict[str, Any]:
         results = []
         for gidx, gi in lane.devices:
             g = layout.gpus[gidx]
-            device = g.dra_device if gi is None else next(m.dra_device for m in g.mig if m.gi_id == gi)
+            device = g.dra_device if gi is None else g.instance(gi).dra_device
             results.append({"request": "gpu", "driver": DRA_DRIVER, "pool": g.node, "device": device})
         items.append(
-            {
-                "apiVersion": "resource.k8s.io/v1",
-                "kind": "ResourceClaim",
-                "metadata": {
-                    "name": pod.claim_name,
-                    "namespace": pod.namespace,
-                    "uid": pod.claim_uid,
-                    "creationTimestamp": _iso(pod.created),
-                    "annotations": {"resource.kubernetes.io/pod-claim-name": "gpu"},
-                    "ownerReferences": [
-                        {
-                            "apiVersion": "v1",
-                            "kind": "Pod",
-                            "name": pod.name,
-                            "uid": pod.uid,
-                            "controller": True,
-                        }
-                    ],
-                },
-                "spec": {
-                    "devices": {
-                        "requests": [
+            (
+                pod,
+                {
+                    "apiVersion": "resource.k8s.io/v1",
+                    "kind": "ResourceClaim",
+                    "metadata": {
+                        "name": pod.claim_name,
+                        "namespace": pod.namespace,
+                        "uid": pod.claim_uid,
+                        "creationTimestamp": _iso(pod.created),
+                        "annotations": {"resource.kubernetes.io/pod-claim-name": "gpu"},
+                        "ownerReferences": [
                             {
-                                "name": "gpu",
-                                "exactly": {
-                                    "deviceClassName": "mig.nvidia.com"
-                                    if lane.devices[0][1] is not None
-                                    else "gpu.nvidia.com",
-                                    "allocationMode": "ExactCount",
-                                    "count": 1,
-                                },
+                                "apiVersion": "v1",
+                                "kind": "Pod",
+                                "name": pod.name,
+                                "uid": pod.uid,
+                                "controller": True,
                             }
-                        ]
-                    }
-                },
-                "status": {
-                    "allocation": {
-                        "devices": {"results": results},
-                        "nodeSelector": {
-                            "nodeSelectorTerms": [
+                        ],
+                    },
+                    "spec": {
+                        "devices": {
+                            "requests": [
                                 {
-                                    "matchFields": [
-                                        {"key": "metadata.name", "operator": "In", "values": [pod.node]}
-                                    ]
+                                    "name": "gpu",
+                                    "exactly": {
+                                        "deviceClassName": "mig.nvidia.com"
+                                        if lane.devices[0][1] is not None
+                                        else "gpu.nvidia.com",
+                                        "allocationMode": "ExactCount",
+                                        "count": 1,
+                                    },
                                 }
                             ]
-                        },
+                        }
                     },
-                    "reservedFor": [{"resource": "pods", "name": pod.name, "uid": pod.uid}],
+                    "status": {
+                        "allocation": {
+                            "devices": {"results": results},
+                            "nodeSelector": {
+                                "nodeSelectorTerms": [
+                                    {
+                                        "matchFields": [
+                                            {"key": "metadata.name", "operator": "In", "values": [pod.node]}
+                                        ]
+                                    }
+                                ]
+                            },
+                        },
+                        "reservedFor": [{"resource": "pods", "name": pod.name, "uid": pod.uid}],
+                    },
                 },
-            }
+            )
         )
-    return _k8s_list(items)
+    return items
+
+
+def _resource_claims(ctx: _Ctx) -> dict[str, Any]:
+    """Claims that existed at some time of the day, in one list (a snapshot of unknown time)."""
+    return _k8s_list([item for _pod, item in _claim_items(ctx)])
+
+
+# A snapshot is named by the time its list was asked for: a little after the schedule's tick.
+SNAPSHOT_DELAY_MS = 250
+
+
+def _snapshot_times_ms(ctx: _Ctx) -> list[int]:
+    every = ctx.spec.dra_snapshots_s
+    if not every:
+        return []
+    return [(ctx.d0 + k * every) * 1000 + SNAPSHOT_DELAY_MS for k in range(DAY_S // every)]
+
+
+def claim_snapshots(ctx: _Ctx) -> tuple[tuple[int, dict[str, Any]], ...]:
+    """`kubectl get resourceclaims -A -o json` every `dra_snapshots_s` of the day (the snapshot job's
+    files): (time taken in epoch ms, list) with the claims that existed then."""
+    items = _claim_items(ctx)
+    return tuple(
+        (t, _k8s_list([item for pod, item in items if pod.created * 1000 <= t < pod.deleted * 1000]))
+        for t in _snapshot_times_ms(ctx)
+    )
+
+
+def slice_snapshots(ctx: _Ctx) -> tuple[tuple[int, dict[str, Any]], ...]:
+    """`kubectl get resourceslices -o json` at the same times as `claim_snapshots`."""
+    return tuple((t, resource_slices(ctx.spec, t)) for t in _snapshot_times_ms(ctx))
 
 
 # --- public API ---------------------------------------------------------------------------------
@@ -1518,9 +1967,12 @@ def _resource_claims(ctx: _Ctx) -> dict[str, Any]:
 class SimulatedDay:
     dcgm: pa.Table  # RAW_DCGM_SCHEMA, sorted by ts_ms
     kube: pa.Table  # RAW_KUBE_SCHEMA, sorted by ts_ms
-    resource_claims: dict[str, Any]  # kubectl get resourceclaims -A -o json
-    resource_slices: dict[str, Any]  # kubectl get resourceslices -o json
+    resource_claims: dict[str, Any]  # kubectl get resourceclaims -A -o json: every claim of the day
+    resource_slices: dict[str, Any]  # kubectl get resourceslices -o json: every device ever published
     day: date
+    # With dra_snapshots_s: the snapshot job's lists, (time taken in epoch ms, list), every dra_snapshots_s.
+    claim_snapshots: tuple[tuple[int, dict[str, Any]], ...] = ()
+    slice_snapshots: tuple[tuple[int, dict[str, Any]], ...] = ()
 
 
 def simulate_day(spec: FactorySpec, day: date) -> SimulatedDay:
@@ -1551,10 +2003,12 @@ def simulate_day(spec: FactorySpec, day: date) -> SimulatedDay:
     kube_columns = {"labels": pa.array(list(kube.labels), type=pa.string())}
     return SimulatedDay(
         dcgm=dcgm.table(ctx, RAW_DCGM_SCHEMA, dcgm_columns),
-        kube=kube.table(ctx, RAW_KUBE_SCHEMA, kube_columns),
+        kube=kube.table(ctx, RAW_KUBE_SCHEMA, kube_columns, ctx.phase),
         resource_claims=_resource_claims(ctx),
         resource_slices=resource_slices(spec),
         day=day,
+        claim_snapshots=claim_snapshots(ctx),
+        slice_snapshots=slice_snapshots(ctx),
     )
 
 
@@ -1587,6 +2041,12 @@ def fleet_spec(gpus: int, cluster: str = "fleet", days: int = 1, **overrides: An
         "cordoned_node": False,
         "xid_gpu": False,
         "energy_reset": False,
+        "mig_repartition": False,
+        "ha_replicas": False,
+        "pod_churn": False,
+        "relabel": False,
+        "ksm_offset_s": 0,
+        "dra_snapshots_s": 0,
     }
     return FactorySpec(**(values | overrides))
 
@@ -1635,7 +2095,8 @@ def _iter_parts(ctx: _Ctx, nodes_per_part: int) -> Iterator[DayPart]:
         _kube_rows(part_ctx, kube)
         kube_columns = {"labels": pa.array(list(kube.labels), type=pa.string())}
         yield DayPart(
-            dcgm.table(ctx, RAW_DCGM_SCHEMA, dcgm_columns), kube.table(ctx, RAW_KUBE_SCHEMA, kube_columns)
+            dcgm.table(ctx, RAW_DCGM_SCHEMA, dcgm_columns),
+            kube.table(ctx, RAW_KUBE_SCHEMA, kube_columns, ctx.phase),
         )
     _remember(spec, day, _summarize(ctx, incs))
 
@@ -1674,11 +2135,30 @@ def write_parquet(
                     tails[table].append(rows.filter(pc.greater_equal(ts, end_ms - lookback_s * 1000)))
         for table, folder in staged.items():
             _swap_in(folder, day_dir(out_dir, table, spec.cluster, day))
-        k8s = day_dir(out_dir, "k8s", spec.cluster, day)
-        atomic_write_text(k8s / "resourceclaims.json", json.dumps(_resource_claims(ctx), indent=1) + "\n")
-        atomic_write_text(k8s / "resourceslices.json", json.dumps(resource_slices(spec), indent=1) + "\n")
+        _write_k8s_day(ctx, day_dir(out_dir, "k8s", spec.cluster, day))
         if progress:
             progress(day)
+
+
+def _write_k8s_day(ctx: _Ctx, final: Path) -> None:
+    """The day's DRA objects (metering/k8s_objects.py): with dra_snapshots_s, the snapshot job's time-named
+    files `resourceclaims-<time>.json` / `resourceslices-<time>.json`; else one plain list per kind (a
+    snapshot of unknown time). The folder is replaced whole, so no file of an earlier layout lingers."""
+    staged = _staging_dir(final)
+    if ctx.spec.dra_snapshots_s:
+        for kind, snapshots in (
+            ("resourceclaims", claim_snapshots(ctx)),
+            ("resourceslices", slice_snapshots(ctx)),
+        ):
+            for taken_ms, doc in snapshots:
+                text = json.dumps(doc, separators=(",", ":")) + "\n"
+                (staged / snapshot_file_name(kind, taken_ms)).write_text(text, encoding="utf-8")
+    else:
+        atomic_write_text(staged / "resourceclaims.json", json.dumps(_resource_claims(ctx), indent=1) + "\n")
+        atomic_write_text(
+            staged / "resourceslices.json", json.dumps(resource_slices(ctx.spec), indent=1) + "\n"
+        )
+    _swap_in(staged, final)
 
 
 def _staging_dir(final: Path) -> Path:
@@ -1710,7 +2190,32 @@ def write_openmetrics(spec: FactorySpec, out_path: Path, nodes_per_part: int = 1
     parts = (
         (part.dcgm, part.kube) for day in spec.day_list for part in iter_day_parts(spec, day, nodes_per_part)
     )
-    openmetrics.write_openmetrics(parts, Path(out_path))
+    openmetrics.write_openmetrics(parts, Path(out_path), replicas=ha_replicas(spec))
+
+
+# ha_replicas: replica "b" stamps 2 s after "a"; rolling restarts (seconds after each day's midnight).
+REPLICA_B_OFFSET_MS = 2000
+REPLICA_GAPS_S = {
+    "a": (10 * 3600 + 5 * 60, 10 * 3600 + 20 * 60),
+    "b": (10 * 3600 + 35 * 60, 10 * 3600 + 50 * 60),
+}
+
+
+def ha_replicas(spec: FactorySpec) -> tuple[Any, ...]:
+    """The HA Prometheus pair that scraped the factory (`openmetrics.Replica`, label `prometheus_replica`):
+    with `ha_replicas`, replica "a" on the exporters' timestamps and "b" 2 s later, "a" down 10:05-10:20Z
+    and "b" 10:35-10:50Z every day (rolling restarts); else none (one scraper). For
+    `openmetrics.write_openmetrics(..., replicas=ha_replicas(spec))`: the Parquet source has no replicas."""
+    from metering import openmetrics
+
+    if not spec.ha_replicas:
+        return ()
+    out = []
+    for name, offset in (("a", 0), ("b", REPLICA_B_OFFSET_MS)):
+        lo, hi = REPLICA_GAPS_S[name]
+        gaps = tuple(((_epoch(d) + lo) * 1000, (_epoch(d) + hi) * 1000) for d in spec.day_list)
+        out.append(openmetrics.Replica(name, offset_ms=offset, gaps_ms=gaps))
+    return tuple(out)
 
 
 def describe(spec: FactorySpec) -> str:
@@ -1742,14 +2247,91 @@ def describe(spec: FactorySpec) -> str:
                 tags.append(f"XID 79 on {layout.xid.day}")
             if g.gidx == layout.reset_gpu and layout.reset:
                 tags.append(f"energy reset on {layout.reset.day}")
+            if g.mig_after is not None and layout.repartition is not None:
+                tags.append(f"re-partitioned on {layout.repartition.day} -> MIG {_layout_text(g.mig_after)}")
             lines.append(f"  gpu {g.index}: {', '.join(tags)}")
     if layout.outage:
         lines.append(f"outage: {layout.outage_node} dcgm-exporter down {layout.outage.day} 13:00-15:00Z")
+    lines.extend(changing_pool(spec))
     return "\n".join(lines)
+
+
+def _layout_text(instances: tuple[MigInstance, ...]) -> str:
+    counts: dict[str, int] = {}
+    for m in instances:
+        counts[m.profile] = counts.get(m.profile, 0) + 1
+    return " + ".join(f"{k} x {p}" if k > 1 else p for p, k in counts.items())
+
+
+def _hhmm(seconds: int) -> str:
+    return f"{seconds // 3600:02d}:{seconds % 3600 // 60:02d}"
+
+
+def changing_pool(spec: FactorySpec) -> list[str]:
+    """One line per dynamic of the spec (what `gpumeter demo` says the factory contains besides its layout)."""
+    layout = factory_layout(spec)
+    day = layout.events_day
+    lines = []
+    pods = {(p.lane, p.slot): p for p in day_pods(spec, day)} if day is not None else {}
+    rw = layout.repartition
+    for gidx in layout.repartition_gpus:
+        g = layout.gpus[gidx]
+        assert rw is not None and g.mig_after is not None
+        before = f"MIG {_layout_text(g.mig)}" if g.mig else "whole"
+        how = (
+            "its series vanish for the MIG manager's reset"
+            if not g.mig
+            else "new GPU_I_IDs, the GPU-level series go on"
+            + (", its ResourceSlice re-published with new device names" if g.dra else "")
+        )
+        lines.append(
+            f"MIG re-partition {day} {_hhmm(rw.start_s)}-{_hhmm(rw.end_s)}Z: {g.node} gpu {g.index} "
+            f"{before} -> {_layout_text(g.mig_after)} ({how})"
+        )
+    if layout.whole_hold_lane is not None and day is not None:
+        g = layout.gpus[layout.lanes[layout.whole_hold_lane].devices[0][0]]
+        lines.append(
+            f"  before it, {g.node} gpu {g.index} is held {_hhmm(WHOLE_HOLD_S[0])}-{_hhmm(WHOLE_HOLD_S[1])}Z "
+            "by a pod (dcgm-exporter pod labels)"
+        )
+    if layout.churn_lane is not None and day is not None:
+        pod = pods.get((layout.churn_lane, 0))
+        name = f"{pod.namespace}/{pod.name}" if pod else "a StatefulSet pod"
+        lines.append(
+            f"pod churn {day}: {name} deleted {_hhmm(CHURN_S[0])}Z and recreated under its name with a new "
+            f"uid, Pending until {_hhmm(CHURN_S[1])}Z, on the same GPU"
+        )
+    if layout.short_job_lane is not None and day is not None:
+        lane = layout.lanes[layout.short_job_lane]
+        g = layout.gpus[lane.devices[0][0]]
+        gi = lane.devices[0][1]
+        device = g.dra_device if gi is None else g.instance(gi).dra_device
+        lines.append(
+            f"a 20-minute DRA job {day} {_hhmm(SHORT_JOB_S[0])}-{_hhmm(SHORT_JOB_S[2])}Z on {g.node} {device}: "
+            "its claim is only in the snapshots of its life, its pod's series vanish when it is deleted"
+        )
+    if layout.relabel_lane is not None and day is not None:
+        pod = pods.get((layout.relabel_lane, 0))
+        name = f"{pod.namespace}/{pod.name}" if pod else "a pod"
+        lines.append(f"relabel {day} {_hhmm(RELABEL_S)}Z: {name} team=c -> team=research")
+    if spec.ksm_offset_s:
+        lines.append(f"kube-state-metrics and OpenCost stamped {spec.ksm_offset_s} s before dcgm-exporter")
+    if spec.dra_snapshots_s:
+        lines.append(
+            f"DRA claims and slices kept as timed snapshots every {spec.dra_snapshots_s // 60} minutes"
+        )
+    if spec.ha_replicas:
+        a, b = (_hhmm(t) for t in REPLICA_GAPS_S["a"]), (_hhmm(t) for t in REPLICA_GAPS_S["b"])
+        lines.append(
+            "OpenMetrics: every series from an HA pair (prometheus_replica a, and b 2 s later), rolling restarts: "
+            f"a down {'-'.join(a)}Z, b down {'-'.join(b)}Z each day"
+        )
+    return lines
 
 
 __all__ = [
     "DayPart",
+    "changing_pool",
     "FactorySpec",
     "SimulatedDay",
     "clear_caches",
@@ -1758,6 +2340,7 @@ __all__ = [
     "describe",
     "factory_layout",
     "fleet_spec",
+    "ha_replicas",
     "iter_day_parts",
     "simulate_day",
     "write_openmetrics",

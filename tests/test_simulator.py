@@ -6,6 +6,7 @@ import json
 import re
 import shutil
 import subprocess
+from dataclasses import replace
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 
@@ -19,7 +20,15 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from metering import openmetrics, simulator
-from metering.k8s_objects import load_k8s_json, parse_resource_claims, parse_resource_slices
+from metering.k8s_objects import (
+    load_k8s_json,
+    parse_resource_claims,
+    parse_resource_slices,
+    read_snapshots,
+    snapshot_day_folder,
+    snapshot_file_name,
+    snapshot_files,
+)
 from metering.schema import (
     DCGM_ENERGY,
     DCGM_GPU_UTIL,
@@ -30,10 +39,24 @@ from metering.schema import (
 )
 
 DEMO = simulator.demo_spec()
-DAY0, DAY1, DAY2, DAY3 = DEMO.day_list[:4]  # ordinary, outage, XID, energy reset
+DAY0, DAY1, DAY2, DAY3 = DEMO.day_list[:4]  # ordinary, outage and the changing pool, XID, energy reset
 SMALL = simulator.FactorySpec(
     cluster="small", days=3, scrape_interval_s=300, h100_nodes=1, a100_nodes=1, h200_nodes=1, mig_fraction=0.2
 )
+# SMALL with the demo's changing pool (its whole GPU that goes MIG is a sandbox GPU: it has no free one).
+SMALL_DYN = replace(
+    SMALL,
+    cluster="small-dyn",
+    days=2,
+    mig_repartition=True,
+    ha_replicas=True,
+    pod_churn=True,
+    relabel=True,
+    ksm_offset_s=20,
+    dra_snapshots_s=300,
+)
+# kube-state-metrics / OpenCost scrapes: ksm_offset_s before the dcgm-exporter grid, i.e. this far after it.
+KSM_PHASE_MS = (DEMO.scrape_interval_s - DEMO.ksm_offset_s) * 1000
 
 
 def ms(d: date, hour: float = 0.0) -> int:
@@ -56,17 +79,19 @@ def sql(query: str, **tables: pa.Table) -> list[tuple]:
 
 
 def test_schema_sorting_and_half_open_day(demo_days):
+    """dcgm-exporter on the grid from midnight; kube-state-metrics and OpenCost scraped ksm_offset_s (20 s)
+    before each grid point, so a day's kube scrapes run from 00:00:10 to 23:59:40 (the one at 23:59:40 of the
+    day before belongs to that day, R2). (Changed with ksm_offset_s: kube rows were on the grid.)"""
+    step_ms = DEMO.scrape_interval_s * 1000
     for day, sim in demo_days.items():
         assert sim.dcgm.schema.equals(RAW_DCGM_SCHEMA)
         assert sim.kube.schema.equals(RAW_KUBE_SCHEMA)
-        for table in (sim.dcgm, sim.kube):
+        for table, phase in ((sim.dcgm, 0), (sim.kube, KSM_PHASE_MS)):
             ts = table.column("ts_ms").to_numpy()
             assert np.all(np.diff(ts) >= 0), "rows sorted by ts_ms"
-            assert ts.min() == ms(day)  # midnight belongs to the day it starts ...
-            assert (
-                ts.max() == ms(day + timedelta(days=1)) - DEMO.scrape_interval_s * 1000
-            )  # ... not the one it ends
-            assert np.all((ts - ms(day)) % (DEMO.scrape_interval_s * 1000) == 0)
+            assert ts.min() == ms(day) + phase  # midnight belongs to the day it starts ...
+            assert ts.max() == ms(day + timedelta(days=1)) - step_ms + phase  # ... not the one it ends
+            assert np.all((ts - ms(day) - phase) % step_ms == 0)
             assert table.column("cluster").null_count == 0
         for name in ("pod", "namespace", "container", "gpu_i_id", "vgpu"):  # absent labels are null, never ''
             assert pc.sum(pc.equal(sim.dcgm.column(name), "")).as_py() in (None, 0)
@@ -79,28 +104,43 @@ def test_schema_sorting_and_half_open_day(demo_days):
 
 
 def test_same_spec_same_tables(demo_days):
-    again = simulator.simulate_day(DEMO, DAY0)
-    assert again.dcgm.equals(demo_days[DAY0].dcgm)
-    assert again.kube.equals(demo_days[DAY0].kube)
-    assert again.resource_claims == demo_days[DAY0].resource_claims
-    assert again.resource_slices == demo_days[DAY0].resource_slices
-
-
-def test_a_day_alone_equals_the_day_within_a_run(tmp_path):
-    simulator.clear_caches()
-    simulator.write_parquet(SMALL, tmp_path, progress=None)
-    seen: list[date] = []
-    simulator.write_parquet(SMALL, tmp_path / "again", progress=seen.append)
-    assert seen == SMALL.day_list
-    for day in reversed(SMALL.day_list):  # any order, caches cold
+    for day in (DAY0, DAY1):  # an ordinary day and the changing pool's
         simulator.clear_caches()
-        alone = simulator.simulate_day(SMALL, day)
-        part = f"cluster={SMALL.cluster}/day={day.isoformat()}"
+        again = simulator.simulate_day(DEMO, day)
+        assert again.dcgm.equals(demo_days[day].dcgm)
+        assert again.kube.equals(demo_days[day].kube)
+        assert again.resource_claims == demo_days[day].resource_claims
+        assert again.resource_slices == demo_days[day].resource_slices
+        assert again.claim_snapshots == demo_days[day].claim_snapshots
+        assert again.slice_snapshots == demo_days[day].slice_snapshots
+
+
+@pytest.mark.parametrize("spec", [SMALL, SMALL_DYN], ids=["plain", "changing-pool"])
+def test_a_day_alone_equals_the_day_within_a_run(tmp_path, spec):
+    simulator.clear_caches()
+    simulator.write_parquet(spec, tmp_path, progress=None)
+    seen: list[date] = []
+    simulator.write_parquet(spec, tmp_path / "again", progress=seen.append)
+    assert seen == spec.day_list
+    for day in reversed(spec.day_list):  # any order, caches cold
+        simulator.clear_caches()
+        alone = simulator.simulate_day(spec, day)
+        part = f"cluster={spec.cluster}/day={day.isoformat()}"
         dcgm = pq.read_table(tmp_path / "raw_dcgm_samples" / part / "data.parquet")
         kube = pq.read_table(tmp_path / "raw_kube_samples" / part / "data.parquet")
         assert dcgm.equals(alone.dcgm) and kube.equals(alone.kube)
-        assert load_k8s_json(tmp_path / "k8s" / part / "resourceclaims.json") == alone.resource_claims
-        assert load_k8s_json(tmp_path / "k8s" / part / "resourceslices.json") == alone.resource_slices
+        k8s = tmp_path / "k8s" / part
+        if not spec.dra_snapshots_s:
+            assert load_k8s_json(k8s / "resourceclaims.json") == alone.resource_claims
+            assert load_k8s_json(k8s / "resourceslices.json") == alone.resource_slices
+            continue
+        for kind, snapshots in (
+            ("resourceclaims", alone.claim_snapshots),
+            ("resourceslices", alone.slice_snapshots),
+        ):
+            assert len(snapshots) == 86400 // spec.dra_snapshots_s
+            for taken_ms, doc in snapshots:
+                assert load_k8s_json(k8s / snapshot_file_name(kind, taken_ms)) == doc
 
 
 def test_seed_changes_the_factory():
@@ -212,12 +252,28 @@ def test_timesliced_gpu_has_vgpu_copies_carrying_the_whole_value(demo_days):
     )
 
 
+def day_devices(sim: simulator.SimulatedDay) -> pa.Table:
+    """The slice devices published at some time of the day (its timed snapshots), each once."""
+    tables = [parse_resource_slices(doc, DEMO.cluster, "slices.json", t) for t, doc in sim.slice_snapshots]
+    con = duckdb.connect()
+    con.register("s", pa.concat_tables(tables))
+    query = "select distinct * exclude (snapshot_ms, created_ms) from s where device is not null order by all"
+    return con.sql(query).to_arrow_table()
+
+
 def test_dra_devices_have_no_pod_labels_and_match_claims_and_slices(demo_days):
+    """(Changed with mig_repartition: the 7 x 1g GPU gpu-h100-01 gpu 7 is DRA-managed too, so the plain
+    slices list holds every device ever published, its old and new MIG devices; the day's devices are read
+    from its timed snapshots.)"""
     sim = demo_days[DAY0]
-    devices = parse_resource_slices(sim.resource_slices, DEMO.cluster, "slices.json")
+    devices = day_devices(sim)
+    union = parse_resource_slices(sim.resource_slices, DEMO.cluster, "slices.json")
     claims = parse_resource_claims(sim.resource_claims, DEMO.cluster, "claims.json")
     assert set(devices.column("device_type").to_pylist()) == {"gpu", "mig"}
-    assert devices.num_rows == 4  # gpu-5, gpu-6 on gpu-h100-02 and two MIG devices of gpu-a100-01 gpu 2
+    # gpu-5, gpu-6 on gpu-h100-02, two MIG devices of gpu-a100-01 gpu 2, seven of gpu-h100-01 gpu 7
+    assert devices.num_rows == 11
+    assert union.num_rows == 13  # and the two 3g.40gb devices gpu-h100-01 gpu 7 gets on DAY1
+    assert set(devices.column("device").to_pylist()) < set(union.column("device").to_pylist())
     whole_uuids = [r["uuid"] for r in devices.to_pylist() if r["device_type"] == "gpu"]
     con = duckdb.connect()
     con.register("d", sim.dcgm)
@@ -392,19 +448,29 @@ def test_energy_counter_monotonic_continuous_with_one_reset(demo_days):
     assert resets[0][0] == DAY3 and resets[0][2] == ms(DAY3, 6)
 
 
-def test_pods_hold_gpus_only_while_running_and_exist_only_in_their_lifetime(demo_days):
-    sim = demo_days[DAY0]
+# The pods dcgm-exporter names at a sample that the latest kube-state-metrics scrape at or before it does
+# not show Running (R1a: scrapes of different targets are not aligned).
+NOT_RUNNING = (
+    "with holders as (select distinct ts_ms, namespace, pod from d where pod is not null), "
+    "scrapes as (select distinct ts_ms from k where metric like 'kube_%'), "
+    "seen as (select h.*, s.ts_ms as scrape_ms from holders h asof join scrapes s on h.ts_ms >= s.ts_ms), "
+    "running as (select ts_ms, json_extract_string(labels,'$.namespace') as namespace, "
+    "json_extract_string(labels,'$.pod') as pod from k where metric='kube_pod_status_phase' "
+    "and json_extract_string(labels,'$.phase')='Running' and value=1) "
+    "select count(*), count(distinct seen.ts_ms) from seen anti join running r "
+    "on r.ts_ms = seen.scrape_ms and r.namespace = seen.namespace and r.pod = seen.pod"
+)
+
+
+@pytest.mark.parametrize("day", [DAY0, DAY1])
+def test_pods_hold_gpus_only_while_running_and_exist_only_in_their_lifetime(demo_days, day):
+    """(Changed with ksm_offset_s: a dcgm-exporter sample is checked against the latest kube scrape at or
+    before it, 20 s earlier, instead of one at the same timestamp; on DAY1 vllm-0 is two pods.)"""
+    sim = demo_days[day]
     con = duckdb.connect()
     con.register("d", sim.dcgm)
     con.register("k", sim.kube)
-    not_running = con.execute(
-        "with holders as (select distinct ts_ms, namespace, pod from d where pod is not null), "
-        "running as (select ts_ms, json_extract_string(labels,'$.namespace') as namespace, "
-        "json_extract_string(labels,'$.pod') as pod from k where metric='kube_pod_status_phase' "
-        "and json_extract_string(labels,'$.phase')='Running' and value=1) "
-        "select count(*) from holders h anti join running r using (ts_ms, namespace, pod)"
-    ).fetchall()[0]
-    assert not_running == (0,)
+    assert con.execute(NOT_RUNNING).fetchall()[0][0] == 0
     # every pod: one phase is 1 at every sample of its life, and its samples are contiguous
     phases = con.execute(
         "select json_extract_string(labels,'$.uid') as uid, ts_ms, sum(value), count(*) from k "
@@ -420,7 +486,7 @@ def test_pods_hold_gpus_only_while_running_and_exist_only_in_their_lifetime(demo
     spans = con.execute(
         "select min(ts_ms), max(ts_ms) from k where metric='kube_pod_info' group by json_extract_string(labels,'$.uid')"
     ).fetchall()
-    start, last = ms(DAY0), ms(DAY0 + timedelta(days=1)) - 30_000
+    start, last = ms(day) + KSM_PHASE_MS, ms(day + timedelta(days=1)) - 30_000 + KSM_PHASE_MS
     assert any(a > start for a, _ in spans) and any(b < last for _, b in spans)
     assert any(a == start and b == last for a, b in spans)
 
@@ -468,11 +534,20 @@ def test_node_capacity_mixed_mig_strategy_and_prices(demo_days):
     dra=st.integers(0, 3),
     seed=st.integers(0, 10_000),
     flags=st.tuples(st.booleans(), st.booleans(), st.booleans()),
+    dynamics=st.tuples(st.booleans(), st.booleans(), st.booleans(), st.booleans()),
+    ksm_offset=st.sampled_from([0, 20, 280]),
+    snapshots=st.sampled_from([0, 300, 3600]),
 )
-def test_small_random_factories_keep_the_invariants(h100, a100, h200, gpus, mig, dra, seed, flags):
+def test_small_random_factories_keep_the_invariants(
+    h100, a100, h200, gpus, mig, dra, seed, flags, dynamics, ksm_offset, snapshots
+):
+    """(Changed with the changing pool: its flags are drawn too; a pod dcgm-exporter names is checked
+    against the latest kube scrape at or before the sample; slices list every device ever published.)"""
     spec = simulator.FactorySpec(
         cluster="prop", days=1, scrape_interval_s=300, seed=seed, h100_nodes=h100, a100_nodes=a100, h200_nodes=h200,
         gpus_per_node=gpus, mig_fraction=mig, dra_gpus=dra, outage=flags[0], cordoned_node=flags[1], xid_gpu=flags[2],
+        mig_repartition=dynamics[0], ha_replicas=dynamics[1], pod_churn=dynamics[2], relabel=dynamics[3],
+        ksm_offset_s=ksm_offset, dra_snapshots_s=snapshots,
     )  # fmt: skip
     sim = simulator.simulate_day(spec, spec.start)
     assert sim.dcgm.schema.equals(RAW_DCGM_SCHEMA) and sim.kube.schema.equals(RAW_KUBE_SCHEMA)
@@ -483,6 +558,8 @@ def test_small_random_factories_keep_the_invariants(h100, a100, h200, gpus, mig,
             assert ts.min() >= ms(spec.start) and ts.max() < ms(spec.start + timedelta(days=1))
     layout = simulator.factory_layout(spec)
     assert all(sum(m.compute for m in g.mig) <= 7 for g in layout.gpus)
+    assert all(sum(m.compute for m in g.mig_after or ()) <= 7 for g in layout.gpus)
+    assert all(len({m.gi_id for m in g.instances}) == len(g.instances) for g in layout.gpus)
     n_gpus = len(layout.gpus)
     if sim.dcgm.num_rows:
         assert sql("select count(distinct uuid) from d", d=sim.dcgm)[0][0] == n_gpus
@@ -497,18 +574,33 @@ def test_small_random_factories_keep_the_invariants(h100, a100, h200, gpus, mig,
         con = duckdb.connect()
         con.register("d", sim.dcgm)
         con.register("k", sim.kube)
-        assert con.execute(
-            "select count(*) from (select distinct ts_ms, namespace, pod from d where pod is not null) h anti join "
-            "(select ts_ms, json_extract_string(labels,'$.namespace') as namespace, json_extract_string(labels,'$.pod') "
-            "as pod from k where metric='kube_pod_status_phase' and json_extract_string(labels,'$.phase')='Running' "
-            "and value=1) r using (ts_ms, namespace, pod)"
-        ).fetchall()[0] == (0,)
+        assert con.execute(NOT_RUNNING).fetchall()[0][0] == 0
     claims = parse_resource_claims(sim.resource_claims, spec.cluster, "claims.json")
     devices = parse_resource_slices(sim.resource_slices, spec.cluster, "slices.json")
     assert {(r["pool"], r["device"]) for r in claims.to_pylist()} <= {
         (r["pool"], r["device"]) for r in devices.to_pylist()
     }
-    assert devices.num_rows == sum((len(g.mig) if g.is_mig else 1) for g in layout.gpus if g.dra)
+    assert devices.num_rows == sum((len(g.instances) or 1) for g in layout.gpus if g.dra)
+    # Timed snapshots: a claim names only devices of the slices published at its snapshot's time, and the
+    # snapshots together hold every claim of the day that lived across one.
+    assert len(sim.claim_snapshots) == len(sim.slice_snapshots) == (86400 // snapshots if snapshots else 0)
+    seen: set[str] = set()
+    for (t, claim_doc), (t2, slice_doc) in zip(sim.claim_snapshots, sim.slice_snapshots, strict=True):
+        assert t == t2
+        named = parse_resource_claims(claim_doc, spec.cluster, "c", t).to_pylist()
+        published = {
+            (r["pool"], r["device"])
+            for r in parse_resource_slices(slice_doc, spec.cluster, "s", t).to_pylist()
+        }
+        assert {(r["pool"], r["device"]) for r in named if r["device"]} <= published
+        seen |= {r["claim_uid"] for r in named if r["claim_uid"]}
+    if snapshots == 300:  # no claim lives less than 5 minutes: only one created after the last is unseen
+        last = sim.claim_snapshots[-1][0]
+        created = {
+            item["metadata"]["uid"]: datetime.fromisoformat(item["metadata"]["creationTimestamp"]).timestamp()
+            for item in sim.resource_claims["items"]
+        }
+        assert seen <= set(created) and all(created[uid] * 1000 > last for uid in set(created) - seen)
 
 
 # --- OpenMetrics ----------------------------------------------------------------------------------
@@ -711,3 +803,292 @@ def test_kueue_series_are_written_once_when_the_day_is_written_in_parts():
     parts = pa.concat_tables(p.kube for p in simulator.iter_day_parts(spec, spec.start, nodes_per_part=2))
     query = "select metric, labels, ts_ms, value from k where metric like 'kueue%' order by all"
     assert sql(query, k=parts) == sql(query, k=whole) != []
+
+
+# --- the changing pool (demo_spec: the second day) -------------------------------------------------
+
+
+def gpu_rows(sim: simulator.SimulatedDay, host: str, gpu: str) -> list[tuple]:
+    return sql(
+        "select ts_ms, metric, gpu_i_id, gpu_i_profile, namespace, pod from d where hostname = ? and gpu = ? "
+        "order by ts_ms".replace("?", "'{}'").format(host, gpu),
+        d=sim.dcgm,
+    )
+
+
+def test_a_whole_gpu_goes_mig_at_noon_after_a_ten_minute_reset(demo_days):
+    """gpu-a100-01 gpu 7: whole and free every day before; on DAY1 held 02:00-10:00 by a pod (dcgm-exporter
+    pod labels), no series at all 12:00-12:10 (the MIG manager resets it), then 3g.40gb + 2 x 2g.20gb."""
+    rows = gpu_rows(demo_days[DAY1], "gpu-a100-01", "7")
+    whole = [r for r in rows if r[2] is None and r[1] == DCGM_GPU_UTIL]
+    assert max(r[0] for r in whole) == ms(DAY1, 12) - 30_000  # whole until noon
+    held = [r for r in whole if r[5] is not None]
+    # Running 02:00-10:00; the kube scrape 20 s before each sample is what says so (R1a)
+    assert (min(r[0] for r in held), max(r[0] for r in held)) == (ms(DAY1, 2) + 30_000, ms(DAY1, 10))
+    assert {r[4] for r in held} == {"perf-lab"} and len({r[5] for r in held}) == 1
+    assert not [r for r in rows if ms(DAY1, 12) <= r[0] < ms(DAY1, 12 + 10 / 60)]  # the reset: nothing
+    assert len({r[0] for r in rows}) == 2880 - 20
+    mig = [r for r in rows if r[2] is not None]
+    assert min(r[0] for r in mig) == ms(DAY1, 12 + 10 / 60)
+    assert {(r[2], r[3]) for r in mig} == {("2", "3g.40gb"), ("3", "2g.20gb"), ("4", "2g.20gb")}
+    assert {r[1] for r in rows if r[0] >= ms(DAY1, 12)} >= {DCGM_ENERGY, DCGM_GR_ENGINE_ACTIVE}
+    assert DCGM_GPU_UTIL not in {r[1] for r in rows if r[0] >= ms(DAY1, 12)}  # no whole-GPU series after
+    assert sql(
+        "select count(*) from d where hostname='gpu-a100-01' and gpu='7' and gpu_i_id is not null",
+        d=demo_days[DAY0].dcgm,
+    ) == [(0,)]
+    later = gpu_rows(demo_days[DAY2], "gpu-a100-01", "7")  # MIG all day after, some instances held
+    assert len({r[0] for r in later}) == 2880 and all(
+        r[2] is not None for r in later if r[1] == DCGM_GR_ENGINE_ACTIVE
+    )
+    assert {r[2] for r in later if r[5] is not None} and DCGM_GPU_UTIL not in {r[1] for r in later}
+    # the device plugin reports the new MIG capacity from 12:10 (kube scrape at 12:10:10)
+    cap = sql(
+        "select labels->>'resource', ts_ms >= ?, max(value) from k where metric='kube_node_status_capacity' "
+        "and labels->>'node'='gpu-a100-01' and labels->>'resource' like 'nvidia_com_%' group by all".replace(
+            "?", str(ms(DAY1, 12 + 10 / 60))
+        ),
+        k=demo_days[DAY1].kube,
+    )
+    cap = {(res, after): v for res, after, v in cap}
+    assert cap[("nvidia_com_gpu", False)] == 5 and cap[("nvidia_com_gpu", True)] == 4
+    assert (cap[("nvidia_com_mig_3g_40gb", False)], cap[("nvidia_com_mig_3g_40gb", True)]) == (1, 2)
+    assert (cap[("nvidia_com_mig_2g_20gb", False)], cap[("nvidia_com_mig_2g_20gb", True)]) == (2, 4)
+
+
+def test_a_mig_gpu_is_repartitioned_and_its_slice_republished(demo_days):
+    """gpu-h100-01 gpu 7 (DRA): 7 x 1g.10gb (GPU_I_ID 7-13) until noon, no instance 12:00-12:10 while its
+    GPU-level series go on, then 2 x 3g.40gb (GPU_I_ID 1, 2); its ResourceSlice is re-published (generation
+    2 without MIG devices, 3 with the new names) and claims name the devices valid at their time."""
+    sim = demo_days[DAY1]
+    rows = gpu_rows(sim, "gpu-h100-01", "7")
+    ids = {}
+    for ts, _metric, gi, profile, _ns, pod in rows:
+        if gi is not None:
+            assert pod is None  # DRA-managed: no pod labels
+            ids.setdefault("before" if ts < ms(DAY1, 12) else "after", set()).add((gi, profile))
+            assert not ms(DAY1, 12) <= ts < ms(DAY1, 12 + 10 / 60)
+    assert ids["before"] == {(str(i), "1g.10gb") for i in range(7, 14)}
+    assert ids["after"] == {("1", "3g.40gb"), ("2", "3g.40gb")}
+    power = [r for r in rows if r[1] == "DCGM_FI_DEV_POWER_USAGE"]
+    assert len(power) == 2880 and all(r[2] is None for r in power)  # the GPU-level series stays
+    published = {}
+    for t, doc in sim.slice_snapshots:
+        (item,) = [i for i in doc["items"] if i["spec"]["nodeName"] == "gpu-h100-01"]
+        names = sorted(d["name"] for d in item["spec"]["devices"])
+        published[t] = (item["metadata"]["generation"], names)
+    at = {t: published[t] for t in published if t % 86_400_000 in (11 * 3_600_000 + 55 * 60_000 + 250,)}
+    assert list(at.values()) == [(1, [f"gpu-7-mig-{i}-{i - 7}-1" for i in (10, 11, 12, 13, 7, 8, 9)])]
+    assert published[ms(DAY1, 12) + 250] == published[ms(DAY1, 12 + 5 / 60) + 250] == (2, [])
+    assert published[ms(DAY1, 12 + 10 / 60) + 250] == (3, ["gpu-7-mig-1-0-3", "gpu-7-mig-2-4-3"])
+    assert published[sim.slice_snapshots[-1][0]][0] == 3
+    # claims name the devices published at their time, on every day
+    for day in (DAY0, DAY1, DAY2):
+        day_sim = demo_days[day]
+        for (t, claims), (_t, slices) in zip(day_sim.claim_snapshots, day_sim.slice_snapshots, strict=True):
+            names = {
+                (r["pool"], r["device"]) for r in parse_resource_slices(slices, "demo", "s", t).to_pylist()
+            }
+            named = {
+                (r["pool"], r["device"]) for r in parse_resource_claims(claims, "demo", "c", t).to_pylist()
+            }
+            assert named - {(None, None)} <= names, (day, t)
+    new_names = [
+        t
+        for t, doc in sim.claim_snapshots
+        for item in doc["items"]
+        for r in item["status"]["allocation"]["devices"]["results"]
+        if r["device"] in ("gpu-7-mig-1-0-3", "gpu-7-mig-2-4-3")
+    ]
+    assert min(new_names) == ms(DAY1, 12.25) + 250  # the new reranker pods: created 12:12, first seen 12:15
+
+
+def test_vllm_0_is_deleted_at_nine_and_recreated_with_a_new_uid(demo_days):
+    sim = demo_days[DAY1]
+    phases = sql(
+        "select labels->>'uid', labels->>'phase', min(ts_ms), max(ts_ms) from k where metric='kube_pod_status_phase' "
+        "and labels->>'pod'='vllm-0' and value=1 group by all order by 3",
+        k=sim.kube,
+    )
+    (old, _, first, gone), (new, pending, back, _), (new2, running, up, last) = phases
+    assert old != new == new2 and (pending, running) == ("Pending", "Running")
+    assert (
+        first == ms(DAY1) + KSM_PHASE_MS and gone == ms(DAY1, 9) - 20_000
+    )  # last scrape showing it: 08:59:40
+    assert back == ms(DAY1, 9) + KSM_PHASE_MS and up == ms(DAY1, 9 + 5 / 60) + KSM_PHASE_MS
+    assert last == ms(DAY2) - 20_000
+    owner = sql(
+        "select distinct labels->>'created_by_kind', labels->>'created_by_name', labels->>'namespace' from k "
+        "where metric='kube_pod_info' and labels->>'pod'='vllm-0'",
+        k=sim.kube,
+    )
+    assert owner == [("StatefulSet", "vllm", "inference")]
+    # dcgm-exporter names vllm-0 on the same GPU before and after, not while it is gone or Pending
+    held = sql(
+        "select distinct uuid, ts_ms from d where pod='vllm-0' and metric='DCGM_FI_DEV_GPU_UTIL' order by ts_ms",
+        d=sim.dcgm,
+    )
+    assert len({u for u, _ in held}) == 1
+    ts = [t for _, t in held]
+    gap = [(a, b) for a, b in zip(ts, ts[1:], strict=False) if b - a > 30_000]
+    assert gap == [(ms(DAY1, 9), ms(DAY1, 9 + 5 / 60) + 30_000)]
+    uids = {
+        day: {
+            u
+            for (u,) in sql(
+                "select distinct labels->>'uid' from k where labels->>'pod'='vllm-0'", k=demo_days[day].kube
+            )
+        }
+        for day in (DAY0, DAY2)
+    }
+    assert uids == {DAY0: {old}, DAY2: {new}}
+
+
+def test_a_twenty_minute_dra_job_is_seen_only_in_the_snapshots_of_its_life(demo_days):
+    sim = demo_days[DAY1]
+    (pod,) = {
+        json.loads(labels)["pod"]
+        for (labels,) in sql(
+            "select distinct labels from k where labels->>'pod' like 'smoke-test-%'", k=sim.kube
+        )
+    }
+    phases = sql(
+        f"select labels->>'phase', min(ts_ms), max(ts_ms) from k where metric='kube_pod_status_phase' "
+        f"and labels->>'pod'='{pod}' and value=1 group by all order by 2",
+        k=sim.kube,
+    )
+    # Running 10:00:20-10:20, deleted as it ends: its series vanish, no Succeeded sample lingers
+    assert phases == [
+        ("Pending", ms(DAY1, 10) + KSM_PHASE_MS, ms(DAY1, 10) + KSM_PHASE_MS),
+        ("Running", ms(DAY1, 10) + KSM_PHASE_MS + 30_000, ms(DAY1, 10 + 20 / 60) - 20_000),
+    ]
+    assert sql(f"select max(ts_ms) from k where labels->>'pod'='{pod}'", k=sim.kube) == [
+        (ms(DAY1, 10 + 20 / 60) - 20_000,)
+    ]
+    shown = [
+        t
+        for t, doc in sim.claim_snapshots
+        if any(r["name"] == pod for item in doc["items"] for r in item["status"]["reservedFor"])
+    ]
+    assert shown == [ms(DAY1, 10 + k * 5 / 60) + 250 for k in range(4)]  # 10:00, 10:05, 10:10, 10:15
+    (claim,) = [i for i in sim.resource_claims["items"] if i["status"]["reservedFor"][0]["name"] == pod]
+    assert claim["metadata"]["creationTimestamp"] == f"{DAY1}T10:00:00Z"
+    (result,) = claim["status"]["allocation"]["devices"]["results"]
+    assert (result["pool"], result["device"]) == ("gpu-h100-01", "gpu-7-mig-11-4-1")
+    assert sql(f"select count(*) from d where pod='{pod}'", d=sim.dcgm) == [(0,)]  # DRA: no pod labels
+
+
+def test_a_pod_is_relabelled_at_noon(demo_days):
+    def teams(day: date) -> list[tuple]:
+        return sql(
+            "select labels->>'label_team', labels->>'uid', min(ts_ms), max(ts_ms) from k where metric='kube_pod_labels' "
+            "and labels->>'pod'='jupyter-alice-0' group by all order by 3",
+            k=demo_days[day].kube,
+        )
+
+    (before, after) = teams(DAY1)
+    assert before[0] == "c" and after[0] == "research" and before[1] == after[1]  # one pod, new labels
+    assert before[3] == ms(DAY1, 12) - 20_000 and after[2] == ms(DAY1, 12) + KSM_PHASE_MS
+    assert [t[0] for t in teams(DAY0)] == ["c"] and [t[0] for t in teams(DAY2)] == ["research"]
+
+
+def test_kube_state_metrics_is_scraped_twenty_seconds_before_dcgm_exporter(demo_days):
+    for sim in demo_days.values():
+        kube = sim.kube.column("ts_ms").to_numpy()
+        assert np.all(kube % 30_000 == 10_000) and np.all(sim.dcgm.column("ts_ms").to_numpy() % 30_000 == 0)
+    for metric in ("kube_pod_status_phase", "node_gpu_hourly_cost", "kueue_cluster_queue_resource_usage"):
+        assert sql(
+            f"select distinct ts_ms % 30000 from k where metric = '{metric}'", k=demo_days[DAY0].kube
+        ) == [(10_000,)]
+    with pytest.raises(ValueError, match="ksm_offset_s=30 must be >= 0 and below scrape_interval_s"):
+        replace(DEMO, ksm_offset_s=30)
+
+
+def test_timed_snapshot_files_replace_the_plain_lists(tmp_path):
+    spec = SMALL_DYN
+    simulator.write_parquet(replace(spec, dra_snapshots_s=0), tmp_path)  # an earlier layout of the folder ...
+    simulator.write_parquet(spec, tmp_path)  # ... is replaced whole
+    for day in spec.day_list:
+        folder = snapshot_day_folder(tmp_path / "k8s", spec.cluster, day)
+        files = snapshot_files(folder)
+        assert len(files) == 2 * 288 and all(f.taken_ms is not None for f in files)  # no plain list left
+        assert {f.kind for f in files} == {"resourceclaims", "resourceslices"}
+        assert min(f.path.name for f in files) == f"resourceclaims-{day:%Y%m%d}T000000.250Z.json"
+    found = read_snapshots(tmp_path / "k8s", spec.cluster, spec.day_list)
+    assert found.allocations.num_rows > 0 and found.devices.column("snapshot_ms").null_count == 0
+    # the re-published slice: the 7 x 1g GPU's new 3g.40gb devices only in snapshots from 12:10 of DAY 2
+    new = found.devices.filter(pc.equal(found.devices.column("profile"), "3g.40gb"))
+    layout = simulator.factory_layout(spec)
+    changed = [layout.gpus[i] for i in layout.repartition_gpus if layout.gpus[i].dra]
+    assert changed and new.num_rows
+    mine = new.filter(pc.equal(new.column("parent_uuid"), changed[0].uuid))
+    assert pc.min(mine.column("snapshot_ms")).as_py() == ms(spec.day_list[1], 12 + 10 / 60) + 250
+
+
+def parse_replicas(path: Path) -> dict[tuple, dict[str, list[float]]]:
+    """series without the replica label -> replica -> timestamps (seconds)."""
+    _families, _counts, series = parse_openmetrics(path)
+    out: dict[tuple, dict[str, list[float]]] = {}
+    for (name, labels), ts in series.items():
+        replica = dict(labels)["prometheus_replica"]
+        key = (name, tuple(kv for kv in labels if kv[0] != "prometheus_replica"))
+        out.setdefault(key, {})[replica] = ts
+    return out
+
+
+def test_openmetrics_ha_pair_with_rolling_restarts(tmp_path):
+    """Every series twice, replica b 2 s after a; a down 10:05-10:20, b down 10:35-10:50 every day; the
+    union of their scrapes (R1, what the Prometheus source keeps) is the single stream exactly. The Parquet
+    output has no replicas."""
+    spec = replace(SMALL_DYN, days=1)
+    simulator.write_openmetrics(spec, tmp_path / "single.om", nodes_per_part=2)  # node by node
+    simulator.write_openmetrics(replace(spec, ha_replicas=False), tmp_path / "plain.om")
+    _f, _c, plain = parse_openmetrics(tmp_path / "plain.om")
+    pairs = parse_replicas(tmp_path / "single.om")
+    assert set(pairs) == set(plain) and all(set(r) == {"a", "b"} for r in pairs.values())
+    step = spec.scrape_interval_s
+    for key, single in plain.items():
+        a, b = pairs[key]["a"], pairs[key]["b"]
+        assert set(a) <= set(single) and {t - 2 for t in b} <= set(single)  # b stamps 2 s later
+
+        def down(t: float, lo: float, hi: float) -> bool:
+            return lo <= (t % 86400) / 3600 < hi
+
+        assert [t for t in single if t not in set(a)] == [
+            t for t in single if down(t, 10 + 5 / 60, 10 + 20 / 60)
+        ]
+        missing_b = [t for t in single if t + 2 not in set(b)]
+        assert missing_b == [t for t in single if down(t + 2, 10 + 35 / 60, 10 + 50 / 60)]
+        # the union: every scrape of a, and b's where a has none within half a scrape interval
+        a_ts = np.array(a)
+        pos = np.searchsorted(a_ts, b)
+        near = [
+            min((abs(t - a_ts[j]) for j in (i - 1, i) if 0 <= j < len(a_ts)), default=step)
+            for t, i in zip(b, pos, strict=True)
+        ]
+        union = sorted(a + [t for t, d in zip(b, near, strict=True) if d >= step / 2])
+        assert [round(t - 2, 3) if t not in set(a) else t for t in union] == single, key
+    assert simulator.ha_replicas(replace(spec, ha_replicas=False)) == ()
+
+
+def test_fleet_spec_and_plain_specs_keep_the_factory_unchanged():
+    fleet = simulator.fleet_spec(64)
+    assert not (fleet.mig_repartition or fleet.ha_replicas or fleet.pod_churn or fleet.relabel)
+    assert fleet.ksm_offset_s == 0 and fleet.dra_snapshots_s == 0
+    layout = simulator.factory_layout(SMALL)
+    assert layout.events_day is None and all(g.mig_after is None for g in layout.gpus)
+    assert all(lane.since is None and lane.until is None for lane in layout.lanes)
+    # the changing pool adds lanes for the new MIG instances before the KAI lanes; the others keep their ids
+    # (the re-partitioned 7 x 1g GPU's lanes become DRA lanes and end at the re-partition)
+    dyn = simulator.factory_layout(replace(SMALL, mig_repartition=True))
+    kai = [lane for lane in layout.lanes if lane.kind == "kai"]
+    n = len(layout.lanes) - len(kai)
+
+    def shape(lanes: tuple) -> list[tuple]:
+        return [(lane.lid, lane.kind, lane.node, lane.devices, lane.group) for lane in lanes]
+
+    assert shape(dyn.lanes[:n]) == shape(layout.lanes[:n])
+    assert [lane.kind for lane in dyn.lanes[n:]] == ["inference_small"] * 2 + ["ft", "vceval", "free"] + [
+        "kai"
+    ] * len(kai)
+    assert "MIG re-partition" in simulator.describe(DEMO) and simulator.changing_pool(SMALL) == []
