@@ -25,14 +25,26 @@ with gpu_readings as (
     join stg_dcgm_series as d on d.series_key = s.series_key
     group by d.cluster, s.ts_ms, s.in_day, d.uuid
 ),
+mig_gpus as (
+    -- Only a GPU that ever shows a MIG instance can change mode: the others are whole at every sample.
+    select distinct uuid from stg_dcgm_series where gpu_i_id is not null
+),
 runs as (
     select
         *,
         sum(case when ts_ms - prev_ts_ms <= 2 * getvariable('scrape_s') * 1000 then 0 else 1 end)
             over (partition by uuid order by ts_ms) as observed_run
-    from (select *, lag(ts_ms) over (partition by uuid order by ts_ms) as prev_ts_ms from gpu_readings)
+    from (
+        select *, lag(ts_ms) over (partition by uuid order by ts_ms) as prev_ts_ms
+        from gpu_readings
+        semi join mig_gpus using (uuid)
+    )
 ),
 gpu_samples as (
+    select * exclude (shows_instances, shows_whole), false as is_mig
+    from gpu_readings
+    anti join mig_gpus using (uuid)
+    union all
     select
         * exclude (shows_instances, shows_whole, prev_ts_ms, observed_run),
         coalesce(

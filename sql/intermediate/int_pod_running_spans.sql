@@ -2,25 +2,26 @@
 -- spans touch merge into one. A span ends at the first scrape of kube-state-metrics that shows the pod not
 -- Running or does not show it at all (deleted), or kube_lookback_seconds after its last sample when the
 -- exporter stopped being scraped. DRA claims and KAI GPU groups hold a device only inside these spans.
-with running as (
+-- A span is a run of consecutive scrapes of kube-state-metrics showing the pod Running
+-- (stg_kube_target_scrapes.scrape_index); while spans are found a pod is keyed by a hash of (namespace, name,
+-- uid): one integer to sort by.
+with ranked as (
     select
+        hash(namespace, pod, pod_uid) as pod_key,
         namespace,
         pod,
         pod_uid,
         ts_ms,
         until_ms,
-        lag(until_ms) over (partition by namespace, pod, pod_uid order by ts_ms) as lag_until_ms
+        scrape_index - dense_rank() over (partition by hash(namespace, pod, pod_uid) order by ts_ms) as span
     from stg_kube_pod_phases
     where running
-),
-runs as (
-    select
-        *,
-        -- A new span starts where this sample's span does not begin exactly where the previous one ended.
-        sum(case when ts_ms = lag_until_ms then 0 else 1 end)
-            over (partition by namespace, pod, pod_uid order by ts_ms) as span
-    from running
 )
-select namespace, pod, pod_uid, min(ts_ms) as from_ms, max(until_ms) as until_ms
-from runs
-group by namespace, pod, pod_uid, span
+select
+    any_value(namespace) as namespace,
+    any_value(pod) as pod,
+    any_value(pod_uid) as pod_uid,
+    min(ts_ms) as from_ms,
+    max(until_ms) as until_ms
+from ranked
+group by pod_key, span

@@ -26,22 +26,20 @@ select
     sum(cast(getvariable('scrape_s') * h.share * d.weight as decimal(38, 12))) as gpu_seconds,
     sum(cast(getvariable('scrape_s') * h.share * d.weight * coalesce(d.busy, 0) as decimal(38, 12)))
         as busy_gpu_seconds,
-    -- R9: Δ × price × weight × share per sample, in units: ms × 1,000 × 1e-8 × 56ths × 1/share_lcm.
-    sum(
-        getvariable('scrape_ms')::hugeint * 1000 * d.price_units * d.price_weight_units
-        * share_units(h.share_numerator, h.share_denominator, m.share_lcm)
+    -- R9: Δ × price × weight × share per sample, in units: ms × 1,000 × 1e-8 × 56ths × 1/share_lcm (Δ, the
+    -- same for every sample, multiplies the sum).
+    getvariable('scrape_ms')::hugeint * 1000 * sum(
+        d.price_units::hugeint * d.price_weight_units * share_units(h.share_numerator, h.share_denominator, m.share_lcm)
     ) as reserved_units,
-    -- R10 tariff: used: the reserved units of a sample × its busy fraction (6 decimals), to the unit.
-    sum(
-        (
-            getvariable('scrape_ms')::hugeint * 1000 * d.price_units * d.price_weight_units
-            * share_units(h.share_numerator, h.share_denominator, m.share_lcm) * d.busy_millionths + 500000
-        ) // 1000000
+    -- R10 tariff: used: the same × the busy fraction in millionths; ms × 1,000 / 1,000,000 = Δ in seconds, a
+    -- whole number, so this is exact too.
+    getvariable('scrape_s')::bigint * sum(
+        d.price_units::hugeint * d.price_weight_units * share_units(h.share_numerator, h.share_denominator, m.share_lcm)
+        * d.busy_millionths
     ) as used_units,
     -- R10/R14 energy: mJ × price per kWh × weight × share, in units (0 without an energy price).
-    sum(
-        d.energy_mj::hugeint * getvariable('energy_price_units') * d.weight_units
-        * share_units(h.share_numerator, h.share_denominator, m.share_lcm)
+    getvariable('energy_price_units')::hugeint * sum(
+        d.energy_mj::hugeint * d.weight_units * share_units(h.share_numerator, h.share_denominator, m.share_lcm)
     ) as energy_units,
     any_value(m.units_per_currency) as units_per_currency,
     -- R10 tariff: used: busy device-seconds and the busy part of the reserved charge (docs/tariffs.md).

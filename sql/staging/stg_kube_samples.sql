@@ -15,6 +15,7 @@ select
     w.* exclude (scrape_target),
     w.scrape_target,
     s.next_scrape_ms,
+    s.scrape_index,
     least(coalesce(s.next_scrape_ms, w.ts_ms + getvariable('lookback_ms') + 1), w.ts_ms + getvariable('lookback_ms') + 1)
         as until_ms
 from window_rows as w

@@ -3,14 +3,26 @@
 -- A series has ended at the first later scrape of its target that does not show it (Prometheus staleness).
 -- A row without a `target` (a source that does not name it) belongs to the exporter its metric comes from,
 -- named by the metric's namespace (kube, kueue, node).
+-- `scrape_index` numbers the target's scrapes, skipping one where the target was not scraped for longer than
+-- kube_lookback_seconds: a series shown at scrapes n and n + 1 was shown all along, so the spans of a series
+-- are found by counting (its samples' scrape_index minus their rank), without comparing each to the last.
 select
     scrape_target,
     ts_ms,
-    lead(ts_ms) over (partition by scrape_target order by ts_ms) as next_scrape_ms
+    lead(ts_ms) over by_time as next_scrape_ms,
+    sum(case when ts_ms - prev_ms <= getvariable('lookback_ms') then 1 else 2 end) over by_time as scrape_index
 from (
-    select distinct coalesce(target, split_part(metric, '_', 1)) as scrape_target, ts_ms
-    from raw_kube_samples
-    where cluster = getvariable('cluster')
-      and ts_ms >= getvariable('window_start_ms')
-      and ts_ms < getvariable('day_end_ms')
+    select *, lag(ts_ms) over (partition by scrape_target order by ts_ms) as prev_ms
+    from (
+        -- (target, metric, time) first: the metric's namespace is then taken once per metric, not per row.
+        select distinct coalesce(target, split_part(metric, '_', 1)) as scrape_target, ts_ms
+        from (
+            select distinct target, metric, ts_ms
+            from raw_kube_samples
+            where cluster = getvariable('cluster')
+              and ts_ms >= getvariable('window_start_ms')
+              and ts_ms < getvariable('day_end_ms')
+        )
+    )
 )
+window by_time as (partition by scrape_target order by ts_ms)
