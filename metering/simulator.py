@@ -737,6 +737,12 @@ def factory_layout(spec: FactorySpec) -> Layout:
     )
 
 
+# NVIDIA's GPU instance profile ids (`nvidia-smi mig -lgip`) by compute slices. The DRA driver names a MIG
+# device gpu-<minor>-mig-<profile id>-<placement start>-<placement size> (TELEMETRY.md: gpu-1-mig-19-4-1),
+# so one profile's devices on a GPU sort by placement, as their GPU_I_IDs do here.
+MIG_PROFILE_IDS = {1: 19, 2: 14, 3: 9, 4: 5, 7: 0}
+
+
 def _mig_instances(
     spec: FactorySpec,
     n: NodeInfo,
@@ -755,7 +761,7 @@ def _mig_instances(
         instances.append(
             MigInstance(
                 gi_id, profile, compute, mem, start, "MIG-" + _hash_uuid(*parts),
-                f"gpu-{i}-mig-{gi_id}-{start}-{compute}" if dra else None,
+                f"gpu-{i}-mig-{MIG_PROFILE_IDS[compute]}-{start}-{mem}" if dra else None,
             )
         )  # fmt: skip
     return tuple(instances)
@@ -2267,8 +2273,9 @@ def _hhmm(seconds: int) -> str:
     return f"{seconds // 3600:02d}:{seconds % 3600 // 60:02d}"
 
 
-def changing_pool(spec: FactorySpec) -> list[str]:
-    """One line per dynamic of the spec (what `gpumeter demo` says the factory contains besides its layout)."""
+def changing_pool(spec: FactorySpec, openmetrics: bool = True) -> list[str]:
+    """One line per dynamic of the spec (what `gpumeter demo` says the factory contains besides its layout);
+    the HA pair only with `openmetrics` (it is in the OpenMetrics output alone)."""
     layout = factory_layout(spec)
     day = layout.events_day
     lines = []
@@ -2320,7 +2327,7 @@ def changing_pool(spec: FactorySpec) -> list[str]:
         lines.append(
             f"DRA claims and slices kept as timed snapshots every {spec.dra_snapshots_s // 60} minutes"
         )
-    if spec.ha_replicas:
+    if spec.ha_replicas and openmetrics:
         a, b = (_hhmm(t) for t in REPLICA_GAPS_S["a"]), (_hhmm(t) for t in REPLICA_GAPS_S["b"])
         lines.append(
             "OpenMetrics: every series from an HA pair (prometheus_replica a, and b 2 s later), rolling restarts: "

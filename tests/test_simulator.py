@@ -294,7 +294,7 @@ def test_dra_devices_have_no_pod_labels_and_match_claims_and_slices(demo_days):
     keys = {(r["pool"], r["device"]) for r in devices.to_pylist()}
     assert claims.num_rows > 0
     assert {(r["pool"], r["device"]) for r in claims.to_pylist()} <= keys
-    assert {r["device"] for r in claims.to_pylist()} >= {"gpu-5", "gpu-6", "gpu-2-mig-1-0-4"}
+    assert {r["device"] for r in claims.to_pylist()} >= {"gpu-5", "gpu-6", "gpu-2-mig-5-0-4"}
     con.register("k", sim.kube)
     con.register("c", claims)
     # (a claim whose pod ended before midnight is still in the snapshot while the pod lingers as Succeeded)
@@ -560,6 +560,13 @@ def test_small_random_factories_keep_the_invariants(
     assert all(sum(m.compute for m in g.mig) <= 7 for g in layout.gpus)
     assert all(sum(m.compute for m in g.mig_after or ()) <= 7 for g in layout.gpus)
     assert all(len({m.gi_id for m in g.instances}) == len(g.instances) for g in layout.gpus)
+    # one profile's DRA devices on a GPU sort by name as their instances by GPU_I_ID (how the accounting
+    # pairs them, docs/accounting.md R5): the ground truth is what it reads
+    for g in (g for g in layout.gpus if g.dra):
+        for instances in (g.mig, g.mig_after or ()):
+            for profile in {m.profile for m in instances}:
+                same = [m for m in instances if m.profile == profile]
+                assert sorted(same, key=lambda m: m.dra_device) == sorted(same, key=lambda m: m.gi_id)
     n_gpus = len(layout.gpus)
     if sim.dcgm.num_rows:
         assert sql("select count(distinct uuid) from d", d=sim.dcgm)[0][0] == n_gpus
@@ -878,9 +885,9 @@ def test_a_mig_gpu_is_repartitioned_and_its_slice_republished(demo_days):
         names = sorted(d["name"] for d in item["spec"]["devices"])
         published[t] = (item["metadata"]["generation"], names)
     at = {t: published[t] for t in published if t % 86_400_000 in (11 * 3_600_000 + 55 * 60_000 + 250,)}
-    assert list(at.values()) == [(1, [f"gpu-7-mig-{i}-{i - 7}-1" for i in (10, 11, 12, 13, 7, 8, 9)])]
+    assert list(at.values()) == [(1, [f"gpu-7-mig-19-{start}-1" for start in range(7)])]
     assert published[ms(DAY1, 12) + 250] == published[ms(DAY1, 12 + 5 / 60) + 250] == (2, [])
-    assert published[ms(DAY1, 12 + 10 / 60) + 250] == (3, ["gpu-7-mig-1-0-3", "gpu-7-mig-2-4-3"])
+    assert published[ms(DAY1, 12 + 10 / 60) + 250] == (3, ["gpu-7-mig-9-0-4", "gpu-7-mig-9-4-4"])
     assert published[sim.slice_snapshots[-1][0]][0] == 3
     # claims name the devices published at their time, on every day
     for day in (DAY0, DAY1, DAY2):
@@ -898,7 +905,7 @@ def test_a_mig_gpu_is_repartitioned_and_its_slice_republished(demo_days):
         for t, doc in sim.claim_snapshots
         for item in doc["items"]
         for r in item["status"]["allocation"]["devices"]["results"]
-        if r["device"] in ("gpu-7-mig-1-0-3", "gpu-7-mig-2-4-3")
+        if r["device"] in ("gpu-7-mig-9-0-4", "gpu-7-mig-9-4-4")
     ]
     assert min(new_names) == ms(DAY1, 12.25) + 250  # the new reranker pods: created 12:12, first seen 12:15
 
@@ -974,7 +981,7 @@ def test_a_twenty_minute_dra_job_is_seen_only_in_the_snapshots_of_its_life(demo_
     (claim,) = [i for i in sim.resource_claims["items"] if i["status"]["reservedFor"][0]["name"] == pod]
     assert claim["metadata"]["creationTimestamp"] == f"{DAY1}T10:00:00Z"
     (result,) = claim["status"]["allocation"]["devices"]["results"]
-    assert (result["pool"], result["device"]) == ("gpu-h100-01", "gpu-7-mig-11-4-1")
+    assert (result["pool"], result["device"]) == ("gpu-h100-01", "gpu-7-mig-19-4-1")
     assert sql(f"select count(*) from d where pod='{pod}'", d=sim.dcgm) == [(0,)]  # DRA: no pod labels
 
 
