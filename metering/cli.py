@@ -369,6 +369,31 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _print_factory(spec: object) -> None:
+    """What the simulated factory contains: its GPUs and, one line each, how its pool changes."""
+    from metering import simulator
+
+    assert isinstance(spec, simulator.FactorySpec)
+    layout = simulator.factory_layout(spec)
+    models = sorted({simulator.MODELS[g.model].model_name for g in layout.gpus})
+    present = [
+        ("MIG", any(g.instances for g in layout.gpus)),
+        ("time-slicing", any(g.timesliced for g in layout.gpus)),
+        ("DRA", any(g.dra for g in layout.gpus)),
+        ("KAI Scheduler sharing", any(n.kai for n in layout.nodes)),
+        ("a cordoned node", any(n.cordoned for n in layout.nodes)),
+        ("an exporter outage", layout.outage is not None),
+        ("an XID error", layout.xid is not None),
+        ("an energy counter reset", layout.reset is not None),
+    ]
+    console.print(
+        f"  {len(layout.gpus)} GPUs on {len(layout.nodes)} nodes ({', '.join(models)}): "
+        + ", ".join(["whole GPUs", *(name for name, found in present if found)])
+    )
+    for line in simulator.changing_pool(spec, openmetrics=False):
+        console.print(f"  {escape(line)}")
+
+
 def write_demo_config(out: Path) -> Path:
     """The example config with its source and warehouse pointed into `out`."""
     text = DEMO_CONFIG.read_text(encoding="utf-8")
@@ -394,6 +419,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     console.print(
         f"[bold]gpumeter demo[/]: a simulated AI factory, {spec.days} days from {spec.start}, in {out}"
     )
+    _print_factory(spec)
     with _progress() as progress:
         task = progress.add_task("simulating days", total=spec.days)
         simulator.write_parquet(spec, out / "source", progress=lambda _day: progress.advance(task))
@@ -529,6 +555,7 @@ def demo_prometheus(out: Path, spec: object) -> int:
         f"[bold]gpumeter demo --prometheus[/]: a simulated AI factory, {spec.days} day(s) from {spec.start}, "
         f"in {out}, metered through a local Prometheus"
     )
+    _print_factory(spec)
     om_path = out / "openmetrics" / "factory.om"
     claims_docs: list[dict[str, object]] = []
     slices_doc: dict[str, object] = {}
@@ -603,7 +630,10 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     demo = sub.add_parser(
-        "demo", help="simulate a small AI factory, meter it with the Dagster job, invoice it"
+        "demo",
+        help="simulate a small AI factory, meter it with the Dagster job, invoice it; its pool changes during "
+        "the second day (a MIG re-partition, a deleted and recreated pod, a short DRA job, a relabel, a "
+        "re-published DRA slice)",
     )
     demo.add_argument("--out", default=str(DEFAULT_DEMO_DIR), help="working directory (default: %(default)s)")
     demo.add_argument(
