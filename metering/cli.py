@@ -572,7 +572,9 @@ def demo_prometheus(out: Path, spec: object) -> int:
                 yield sim.dcgm, sim.kube
                 progress.advance(task)
 
-        openmetrics.write_openmetrics(days_tables(), om_path)  # type: ignore[arg-type]
+        openmetrics.write_openmetrics(  # type: ignore[arg-type]
+            days_tables(), om_path, replicas=simulator.ha_replicas(spec)
+        )
     claims_file, slices_file = write_demo_k8s_objects(out / "k8s", claims_docs, slices_doc)
 
     tsdb = out / "prometheus-tsdb"
