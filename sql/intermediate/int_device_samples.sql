@@ -1,6 +1,6 @@
 -- One row per billable device sample (R1, R3): a whole GPU, or one MIG instance. vgpu copies of one
--- device collapse into one row (R6), and copies whose utilization disagrees are flagged for data_quality;
--- at a sample where the GPU is MIG-partitioned its GPU-level series are not a device, and at a sample where
+-- device collapse into one row (R6: where they disagree the largest stands, order-free, and data_quality
+-- reports the sample); at a sample where the GPU is MIG-partitioned its GPU-level series are not a device, and at a sample where
 -- it is whole no instance is (int_gpu_samples.is_mig, per sample).
 with device_samples as (
     select
@@ -13,11 +13,7 @@ with device_samples as (
         min(d.mig_profile) as mig_profile,
         max(s.gr_engine_active) as gr_engine_active,
         max(s.gpu_util_pct) as gpu_util_pct,
-        max(s.fb_used_mib) as fb_used_mib,
-        -- vgpu copies of one device carry the whole device's value: where they disagree the largest stands
-        -- (order-free, R1) and the sample is reported (data_quality.conflicting_copy_samples).
-        min(s.gr_engine_active) <> max(s.gr_engine_active) or min(s.gpu_util_pct) <> max(s.gpu_util_pct)
-            as copies_disagree
+        max(s.fb_used_mib) as fb_used_mib
     from stg_dcgm_samples as s
     join stg_dcgm_series as d on d.series_key = s.series_key
     where s.in_day
@@ -40,20 +36,13 @@ select
     -- R8: the rate card's device price (weight × GPU price, or a MIG profile's own), else weight × the
     -- node's OpenCost price at the sample.
     coalesce(c.device_price_per_hour, c.weight * g.gpu_price_per_hour) as device_price_per_hour,
-    -- The same price exactly (R12): `price_units` (1e-8 of the currency per hour) × `price_weight_units`
-    -- (56ths) is the device's price per device-hour × 56.
+    -- The same price exactly (R12), in 1e-8 of the currency per hour: a MIG profile's own price per
+    -- instance-hour, else the GPU's (int_device_classes says which, and the weight to apply).
     coalesce(c.device_price_units, g.gpu_price_units) as price_units,
-    case when c.device_price_units is not null then getvariable('weight_scale') else c.weight_units end
-        as price_weight_units,
-    c.weight_units,
     -- R10: GR_ENGINE_ACTIVE where present, else GPU_UTIL / 100; clamped to [0, 1].
     least(greatest(coalesce(d.gr_engine_active, d.gpu_util_pct / 100.0), 0.0), 1.0) as busy,
-    -- busy read to 6 decimals, so that busy-weighted money is a ratio of integers (R12).
-    round(least(greatest(coalesce(d.gr_engine_active, d.gpu_util_pct / 100.0), 0.0), 1.0) * 1000000)::bigint
-        as busy_millionths,
     -- R10: a MIG instance that reports no frame buffer of its own takes its GPU's, apportioned by weight.
     coalesce(d.fb_used_mib, case when d.gpu_i_id is not null then g.gpu_fb_used_mib * c.weight end) as fb_used_mib,
-    coalesce(d.copies_disagree, false) as copies_disagree,
     g.unhealthy,
     g.energy_joules * c.weight as energy_joules,
     g.energy_mj,

@@ -15,38 +15,39 @@ with gpu_readings as (
         min(d.node) as node,
         d.uuid,
         min(d.model_name) as model_name,
-        bool_or(d.gpu_i_id is not null) as shows_instances,
-        bool_or(d.gpu_i_id is null and (s.gpu_util_pct is not null or d.pod is not null)) as shows_whole,
         coalesce(max(s.xid_error), 0) <> 0 as unhealthy,
         -- Energy is a GPU-level counter: vgpu copies repeat it, MIG instances may lack it.
-        max(s.energy_mj) filter (where d.gpu_i_id is null) as energy_mj,
-        max(s.fb_used_mib) filter (where d.gpu_i_id is null) as gpu_fb_used_mib
+        max(s.energy_mj) filter (where d.gpu_i_id is null) as energy_mj
     from stg_dcgm_samples as s
     join stg_dcgm_series as d on d.series_key = s.series_key
     group by d.cluster, s.ts_ms, s.in_day, d.uuid
 ),
-mig_gpus as (
-    -- Only a GPU that ever shows a MIG instance can change mode: the others are whole at every sample.
-    select distinct uuid from stg_dcgm_series where gpu_i_id is not null
+mig_readings as (
+    -- Only a GPU that ever shows a MIG instance can change mode (the others are whole at every sample), and
+    -- only its instances can need its frame buffer: what decides the mode is read for those GPUs alone.
+    select
+        d.uuid,
+        s.ts_ms,
+        bool_or(d.gpu_i_id is not null) as shows_instances,
+        bool_or(d.gpu_i_id is null and (s.gpu_util_pct is not null or d.pod is not null)) as shows_whole,
+        max(s.fb_used_mib) filter (where d.gpu_i_id is null) as gpu_fb_used_mib
+    from stg_dcgm_samples as s
+    join stg_dcgm_series as d on d.series_key = s.series_key
+    where d.uuid in (select uuid from stg_dcgm_series where gpu_i_id is not null)
+    group by d.uuid, s.ts_ms
 ),
 runs as (
     select
         *,
         sum(case when ts_ms - prev_ts_ms <= 2 * getvariable('scrape_s') * 1000 then 0 else 1 end)
             over (partition by uuid order by ts_ms) as observed_run
-    from (
-        select *, lag(ts_ms) over (partition by uuid order by ts_ms) as prev_ts_ms
-        from gpu_readings
-        semi join mig_gpus using (uuid)
-    )
+    from (select *, lag(ts_ms) over (partition by uuid order by ts_ms) as prev_ts_ms from mig_readings)
 ),
-gpu_samples as (
-    select * exclude (shows_instances, shows_whole), false as is_mig
-    from gpu_readings
-    anti join mig_gpus using (uuid)
-    union all
+modes as (
     select
-        * exclude (shows_instances, shows_whole, prev_ts_ms, observed_run),
+        uuid,
+        ts_ms,
+        gpu_fb_used_mib,
         coalesce(
             last_value(
                 case when shows_instances then true when shows_whole then false end ignore nulls
@@ -54,6 +55,11 @@ gpu_samples as (
             false
         ) as is_mig
     from runs
+),
+gpu_samples as (
+    select g.*, coalesce(m.is_mig, false) as is_mig, m.gpu_fb_used_mib
+    from gpu_readings as g
+    left join modes as m on m.uuid = g.uuid and m.ts_ms = g.ts_ms
 ),
 energy_deltas as (
     select

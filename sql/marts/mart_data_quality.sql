@@ -44,10 +44,11 @@ overbooked_holders as (
     group by all
 ),
 conflicting_copies as (
-    -- vgpu copies of one device sample whose utilization disagrees (int_device_samples keeps the largest).
-    select node, count(*) as conflicting_copy_samples
-    from int_device_samples
-    where copies_disagree
+    -- vgpu copies of one device sample that disagree (int_device_samples keeps the largest): reported, never
+    -- resolved silently. Counted at the GPU's node, like the device sample.
+    select g.node, count(*) as conflicting_copy_samples
+    from int_vgpu_copy_conflicts as c
+    join int_device_samples as g on g.device_id = c.device_id and g.ts_ms = c.ts_ms
     group by all
 ),
 mig_weights as (

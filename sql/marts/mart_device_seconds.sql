@@ -26,21 +26,18 @@ select
     sum(cast(getvariable('scrape_s') * h.share * d.weight as decimal(38, 12))) as gpu_seconds,
     sum(cast(getvariable('scrape_s') * h.share * d.weight * coalesce(d.busy, 0) as decimal(38, 12)))
         as busy_gpu_seconds,
-    -- R9: Δ × price × weight × share per sample, in units: ms × 1,000 × 1e-8 × 56ths × 1/share_lcm (Δ, the
-    -- same for every sample, multiplies the sum).
-    getvariable('scrape_ms')::hugeint * 1000 * sum(
-        d.price_units::hugeint * d.price_weight_units * share_units(h.share_numerator, h.share_denominator, m.share_lcm)
-    ) as reserved_units,
-    -- R10 tariff: used: the same × the busy fraction in millionths; ms × 1,000 / 1,000,000 = Δ in seconds, a
-    -- whole number, so this is exact too.
-    getvariable('scrape_s')::bigint * sum(
-        d.price_units::hugeint * d.price_weight_units * share_units(h.share_numerator, h.share_denominator, m.share_lcm)
-        * d.busy_millionths
-    ) as used_units,
-    -- R10/R14 energy: mJ × price per kWh × weight × share, in units (0 without an energy price).
-    getvariable('energy_price_units')::hugeint * sum(
-        d.energy_mj::hugeint * d.weight_units * share_units(h.share_numerator, h.share_denominator, m.share_lcm)
-    ) as energy_units,
+    -- R9, R12: Σ price × share per sample, in 1e-8 of the currency × 1/share_lcm; Δ and the device's weight
+    -- are the same for every sample of the row and multiply it below.
+    sum(d.price_units::hugeint * share_units(h.share_numerator, h.share_denominator, m.share_lcm))
+        as price_share_units,
+    -- R10 tariff: used: the same × the busy fraction read to 6 decimals.
+    sum(
+        d.price_units::hugeint * share_units(h.share_numerator, h.share_denominator, m.share_lcm)
+        * round(coalesce(d.busy, 0) * 1000000)::bigint
+    ) as busy_price_share_units,
+    -- R10/R14 energy: mJ × share per sample.
+    sum(d.energy_mj::hugeint * share_units(h.share_numerator, h.share_denominator, m.share_lcm))
+        as energy_share_units,
     any_value(m.units_per_currency) as units_per_currency,
     -- R10 tariff: used: busy device-seconds and the busy part of the reserved charge (docs/tariffs.md).
     sum(cast(getvariable('scrape_s') * h.share * coalesce(d.busy, 0) as decimal(38, 12))) as busy_device_seconds,
@@ -60,6 +57,26 @@ join int_holder_tenants as t
     and (t.until_ms is null or h.ts_ms < t.until_ms)
 cross join int_money_scale as m
 group by all
+),
+units as (
+    -- In units of money: ms × 1,000 × 1e-8 × 56ths (the device's price weight: a MIG profile's own price is a
+    -- whole device's) × 1/share_lcm. For the used charge ms × 1,000 / 10^6 (busy in millionths) is Δ in
+    -- seconds, a whole number: exact too. Energy: mJ × the price per kWh × the weight in 56ths.
+    select
+        r.* exclude (price_share_units, busy_price_share_units, energy_share_units),
+        getvariable('scrape_ms')::hugeint * 1000 * w.price_weight_units * r.price_share_units as reserved_units,
+        getvariable('scrape_s')::bigint * w.price_weight_units * r.busy_price_share_units as used_units,
+        getvariable('energy_price_units')::hugeint * w.weight_units * r.energy_share_units as energy_units
+    from charged as r
+    join (
+        select
+            model_name,
+            mig_profile,
+            weight_units,
+            case when device_price_units is not null then getvariable('weight_scale') else weight_units end
+                as price_weight_units
+        from int_device_classes
+    ) as w on w.model_name = r.model_name and w.mig_profile is not distinct from r.mig_profile
 )
 select
     * exclude (reserved_units, used_units, energy_units, units_per_currency),
@@ -70,4 +87,4 @@ select
     used_units,
     energy_units,
     units_per_currency
-from charged
+from units

@@ -5,8 +5,7 @@ with node_series as (
     select
         cluster,
         ts_ms,
-        until_ms,
-        next_scrape_ms,
+        target,
         label[1] as node,
         metric,
         label[2] as resource,
@@ -19,12 +18,15 @@ with node_series as (
             *,
             json_extract_string(labels, ['node', 'resource', 'condition', 'status', 'label_nvidia_com_gpu_count'])
                 as label
-        from stg_kube_samples
+        from raw_kube_samples
     )
-    where metric in (
-        'kube_node_spec_unschedulable', 'kube_node_status_condition', 'kube_node_status_capacity',
-        'kube_node_status_allocatable', 'kube_node_labels'
-    )
+    where cluster = getvariable('cluster')
+      and metric in (
+          'kube_node_spec_unschedulable', 'kube_node_status_condition', 'kube_node_status_capacity',
+          'kube_node_status_allocatable', 'kube_node_labels'
+      )
+      and ts_ms >= getvariable('window_start_ms')
+      and ts_ms < getvariable('day_end_ms')
 ),
 pod_requests as (
     select
@@ -32,8 +34,11 @@ pod_requests as (
         label[1] as node,
         sum(value) filter (where label[2] = 'cpu') as requested_cpu_cores,
         sum(value) filter (where label[2] = 'memory') as requested_memory_bytes
-    from (select *, json_extract_string(labels, ['node', 'resource']) as label from stg_kube_samples)
-    where metric = 'kube_pod_container_resource_requests'
+    from (select *, json_extract_string(labels, ['node', 'resource']) as label from raw_kube_samples)
+    where cluster = getvariable('cluster')
+      and metric = 'kube_pod_container_resource_requests'
+      and ts_ms >= getvariable('window_start_ms')
+      and ts_ms < getvariable('day_end_ms')
     group by all
 ),
 node_states as (
@@ -41,8 +46,7 @@ node_states as (
         cluster,
         ts_ms,
         node,
-        max(until_ms) as until_ms,
-        max(next_scrape_ms) as next_scrape_ms,
+        target,
         bool_or(metric = 'kube_node_spec_unschedulable' and value = 1) as cordoned,
         -- NotReady: the Ready condition's "true" series is 0 (status false or unknown).
         bool_or(metric = 'kube_node_status_condition' and condition = 'Ready' and status = 'true' and value = 0)
@@ -60,8 +64,8 @@ node_states as (
 select
     n.cluster,
     n.ts_ms,
-    n.until_ms,
-    n.next_scrape_ms,
+    holds_until(n.ts_ms, s.next_scrape_ms) as until_ms,
+    s.next_scrape_ms,
     n.ts_ms >= getvariable('day_start_ms') as in_day,
     n.node,
     n.cordoned,
@@ -72,4 +76,6 @@ select
     n.allocatable_cpu_cores - coalesce(r.requested_cpu_cores, 0) as free_cpu_cores,
     n.allocatable_memory_bytes - coalesce(r.requested_memory_bytes, 0) as free_memory_bytes
 from node_states as n
+join stg_kube_target_scrapes as s
+    on s.scrape_target = scrape_target(n.target, 'kube_node_spec_unschedulable') and s.ts_ms = n.ts_ms
 left join pod_requests as r on r.node = n.node and r.ts_ms = n.ts_ms

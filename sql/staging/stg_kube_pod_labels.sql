@@ -3,15 +3,25 @@
 -- pod recreated under the same name is another pod. A span is a run of the target's consecutive scrapes that
 -- show the label set (stg_kube_target_scrapes.scrape_index); it ends at the first scrape that does not.
 -- While spans are found, a label set is keyed by a hash of its text (one integer to sort by, not the JSON).
-with ranked as (
+with samples as (
+    select hash(labels) as label_set, ts_ms, target, labels
+    from raw_kube_samples
+    where cluster = getvariable('cluster')
+      and metric = 'kube_pod_labels'
+      and ts_ms >= getvariable('window_start_ms')
+      and ts_ms < getvariable('day_end_ms')
+),
+ranked as (
+    -- Copies of one sample (duplicate rows) share a rank: they do not break a span.
     select
-        hash(labels) as label_set,
-        labels,
-        ts_ms,
-        until_ms,
-        scrape_index - dense_rank() over (partition by hash(labels) order by ts_ms) as span
-    from stg_kube_samples
-    where metric = 'kube_pod_labels'
+        p.label_set,
+        p.labels,
+        p.ts_ms,
+        holds_until(p.ts_ms, s.next_scrape_ms) as until_ms,
+        s.scrape_index - dense_rank() over (partition by p.label_set order by p.ts_ms) as span
+    from samples as p
+    join stg_kube_target_scrapes as s
+        on s.scrape_target = scrape_target(p.target, 'kube_pod_labels') and s.ts_ms = p.ts_ms
 ),
 spans as (
     select any_value(labels) as labels_json, min(ts_ms) as from_ms, max(until_ms) as until_ms

@@ -1,21 +1,36 @@
 -- One row per pod sample of kube_pod_status_phase{phase="Running"} (R5, R1a): whether the pod (by its `uid`:
--- a pod recreated under the same name is another pod) is Running, and until when the sample holds. Only the
--- Running series is read: the other phases' series say nothing a Running == 1 does not.
+-- a pod recreated under the same name is another pod) is Running, and until when the sample holds (the next
+-- scrape of kube-state-metrics, which shows the pod again or not at all). Only the Running series is read:
+-- the other phases' series say nothing a Running == 1 does not.
 -- The labels are parsed once per row into a list (one JSON parse, not one per label).
 with phase_samples as (
+    select ts_ms, target, value, json_extract_string(labels, ['namespace', 'pod', 'uid', 'phase']) as label
+    from raw_kube_samples
+    where cluster = getvariable('cluster')
+      and metric = 'kube_pod_status_phase'
+      and ts_ms >= getvariable('window_start_ms')
+      and ts_ms < getvariable('day_end_ms')
+),
+pod_samples as (
     select
-        ts_ms, until_ms, scrape_index, value, json_extract_string(labels, ['namespace', 'pod', 'uid', 'phase']) as label
-    from stg_kube_samples
-    where metric = 'kube_pod_status_phase'
+        label[1] as namespace,
+        label[2] as pod,
+        label[3] as pod_uid,
+        ts_ms,
+        target,
+        bool_or(value = 1) as running
+    from phase_samples
+    where label[4] = 'Running'
+    group by all
 )
 select
-    label[1] as namespace,
-    label[2] as pod,
-    label[3] as pod_uid,
-    ts_ms,
-    max(until_ms) as until_ms,
-    max(scrape_index) as scrape_index,
-    bool_or(value = 1) as running
-from phase_samples
-where label[4] = 'Running'
-group by all
+    p.namespace,
+    p.pod,
+    p.pod_uid,
+    p.ts_ms,
+    holds_until(p.ts_ms, s.next_scrape_ms) as until_ms,
+    s.scrape_index,
+    p.running
+from pod_samples as p
+join stg_kube_target_scrapes as s
+    on s.scrape_target = scrape_target(p.target, 'kube_pod_status_phase') and s.ts_ms = p.ts_ms
