@@ -328,12 +328,7 @@ class PrometheusRawSource:
                     future.result()  # raises the first failure (a SourceError)
             for future in futures:
                 for labels, ts, values in future.result():
-                    key = tuple(sorted(labels.items()))
-                    entry = series.get(key)
-                    if entry is None:
-                        series[key] = entry = _Series(labels, [], [])
-                    entry.ts.append(ts)
-                    entry.values.append(values)
+                    _append_series(series, labels, ts, values)
         finally:
             stop.set()
             pool.shutdown(wait=True, cancel_futures=True)
@@ -633,14 +628,8 @@ class PrometheusRawSource:
         out: dict[tuple[tuple[str, str], ...], _Series] = {}
 
         def add(labels: dict[str, str], ts: np.ndarray, values: np.ndarray) -> None:
-            if not len(ts):
-                return
-            key = tuple(sorted(labels.items()))
-            entry = out.get(key)
-            if entry is None:
-                out[key] = entry = _Series(labels, [], [])
-            entry.ts.append(ts)
-            entry.values.append(values)
+            if len(ts):
+                _append_series(out, labels, ts, values)
 
         by_target: dict[tuple[str, ...], dict[tuple[str, ...], list[_Series]]] = defaultdict(
             lambda: defaultdict(list)
@@ -952,6 +941,21 @@ def _samples(values: list[Any], w0: int, w1: int) -> tuple[np.ndarray, np.ndarra
         ) from None
     keep = (ts >= w0) & (ts < w1)
     return ts[keep], vals[keep]
+
+
+def _append_series(
+    into: dict[tuple[tuple[str, str], ...], _Series],
+    labels: dict[str, str],
+    ts: np.ndarray,
+    values: np.ndarray,
+) -> None:
+    """Samples of one series (by its whole label set) added to what is already gathered for it."""
+    key = tuple(sorted(labels.items()))
+    entry = into.get(key)
+    if entry is None:
+        into[key] = entry = _Series(labels, [], [])
+    entry.ts.append(ts)
+    entry.values.append(values)
 
 
 def _stack(series: list[_Series]) -> tuple[np.ndarray, np.ndarray, pa.Array]:

@@ -466,14 +466,18 @@ def demo_spec() -> FactorySpec:
     HA Prometheus pair with rolling restarts, a deleted and recreated pod, a short DRA job, a relabel, a
     re-published ResourceSlice), kube-state-metrics scraped 20 s before dcgm-exporter, and DRA objects kept
     as timed snapshots every 5 minutes."""
-    return FactorySpec(
-        mig_repartition=True,
-        ha_replicas=True,
-        pod_churn=True,
-        relabel=True,
-        ksm_offset_s=20,
-        dra_snapshots_s=300,
-    )
+    return FactorySpec(**CHANGING_POOL)
+
+
+# The dynamics of a pool that changes during the day, as the demo has them (FactorySpec fields).
+CHANGING_POOL: dict[str, Any] = {
+    "mig_repartition": True,
+    "ha_replicas": True,
+    "pod_churn": True,
+    "relabel": True,
+    "ksm_offset_s": 20,
+    "dra_snapshots_s": 300,
+}
 
 
 # --- layout -------------------------------------------------------------------------------------

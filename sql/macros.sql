@@ -21,3 +21,7 @@ create or replace macro scrape_target(target, metric) as coalesce(target, split_
 -- scraped).
 create or replace macro holds_until(ts_ms, next_scrape_ms) as
     least(coalesce(next_scrape_ms, ts_ms + getvariable('lookback_ms') + 1), ts_ms + getvariable('lookback_ms') + 1);
+
+-- R2: a raw row of this (cluster, day) or of its lookback before midnight (the window the pull fetched).
+create or replace macro in_window(cluster, ts_ms) as
+    cluster = getvariable('cluster') and ts_ms >= getvariable('window_start_ms') and ts_ms < getvariable('day_end_ms');

@@ -326,8 +326,14 @@ def test_the_snapshot_job_keeps_timed_snapshots_idempotently_and_the_source_read
     con = duckdb.connect()
     con.execute("set variable cluster = 'k8s'")
     con.register("raw_dra_allocations", raw.dra_allocations)
-    sql = (Path(__file__).resolve().parent.parent / "sql" / "staging" / "stg_dra_allocations.sql").read_text()
-    spans = {(r[0], r[1]) for r in con.execute(f"select claim_name, valid_until_ms from ({sql})").fetchall()}  # noqa: S608
+    con.register("raw_dra_devices", raw.dra_devices)
+    staging = Path(__file__).resolve().parent.parent / "sql" / "staging"
+    for model in ("stg_dra_object_spans", "stg_dra_allocations"):
+        con.execute(f"create view {model} as {(staging / f'{model}.sql').read_text()}")
+    spans = {
+        (r[0], r[1])
+        for r in con.execute("select claim_name, valid_until_ms from stg_dra_allocations").fetchall()
+    }
     others = {i["metadata"]["name"] for i in objects["resourceclaims"]["items"]} - {name}
     assert spans == {(name, claim_times[1])} | {(other, None) for other in others}
 

@@ -44,12 +44,7 @@ SPEC = simulator.FactorySpec(
     gpus_per_node=8,
     scrape_interval_s=300,
     days=2,
-    mig_repartition=True,
-    ha_replicas=True,
-    pod_churn=True,
-    relabel=True,
-    ksm_offset_s=20,
-    dra_snapshots_s=300,
+    **simulator.CHANGING_POOL,
 )
 PERIOD = "2026-11"
 # A replica's sample 2 s late stands for 302 s: a lookback above Δ (300 s here) lets it.

@@ -44,17 +44,7 @@ SMALL = simulator.FactorySpec(
     cluster="small", days=3, scrape_interval_s=300, h100_nodes=1, a100_nodes=1, h200_nodes=1, mig_fraction=0.2
 )
 # SMALL with the demo's changing pool (its whole GPU that goes MIG is a sandbox GPU: it has no free one).
-SMALL_DYN = replace(
-    SMALL,
-    cluster="small-dyn",
-    days=2,
-    mig_repartition=True,
-    ha_replicas=True,
-    pod_churn=True,
-    relabel=True,
-    ksm_offset_s=20,
-    dra_snapshots_s=300,
-)
+SMALL_DYN = replace(SMALL, cluster="small-dyn", days=2, **simulator.CHANGING_POOL)
 # kube-state-metrics / OpenCost scrapes: ksm_offset_s before the dcgm-exporter grid, i.e. this far after it.
 KSM_PHASE_MS = (DEMO.scrape_interval_s - DEMO.ksm_offset_s) * 1000
 

@@ -20,13 +20,11 @@ with node_series as (
                 as label
         from raw_kube_samples
     )
-    where cluster = getvariable('cluster')
+    where in_window(cluster, ts_ms)
       and metric in (
           'kube_node_spec_unschedulable', 'kube_node_status_condition', 'kube_node_status_capacity',
           'kube_node_status_allocatable', 'kube_node_labels'
       )
-      and ts_ms >= getvariable('window_start_ms')
-      and ts_ms < getvariable('day_end_ms')
 ),
 pod_requests as (
     select
@@ -35,10 +33,8 @@ pod_requests as (
         sum(value) filter (where label[2] = 'cpu') as requested_cpu_cores,
         sum(value) filter (where label[2] = 'memory') as requested_memory_bytes
     from (select *, json_extract_string(labels, ['node', 'resource']) as label from raw_kube_samples)
-    where cluster = getvariable('cluster')
+    where in_window(cluster, ts_ms)
       and metric = 'kube_pod_container_resource_requests'
-      and ts_ms >= getvariable('window_start_ms')
-      and ts_ms < getvariable('day_end_ms')
     group by all
 ),
 node_states as (

@@ -9,13 +9,11 @@ with container_requests as (
         labels ->> 'container' as container,
         arg_max(value, ts_ms) as gpucores_pct
     from raw_kube_samples
-    where cluster = getvariable('cluster')
+    where in_window(cluster, ts_ms)
       and metric = 'kube_pod_container_resource_requests'
       and labels ->> 'resource' = 'nvidia_com_gpucores'
       and isfinite(value)
       and value > 0
-      and ts_ms >= getvariable('window_start_ms')
-      and ts_ms < getvariable('day_end_ms')
     group by all
 ),
 hami as (
@@ -29,11 +27,9 @@ kai as (
         labels ->> 'pod' as pod,
         try_cast(arg_max(labels ->> 'annotation_gpu_fraction', ts_ms) as double) as requested_fraction
     from raw_kube_samples
-    where cluster = getvariable('cluster')
+    where in_window(cluster, ts_ms)
       and metric = 'kube_pod_annotations'
       and labels ->> 'annotation_gpu_fraction' is not null
-      and ts_ms >= getvariable('window_start_ms')
-      and ts_ms < getvariable('day_end_ms')
     group by all
 )
 -- A pod declares through one of the two; should both be present, the larger stands (never summed).

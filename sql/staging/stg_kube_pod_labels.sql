@@ -6,10 +6,8 @@
 with samples as (
     select hash(labels) as label_set, ts_ms, target, labels
     from raw_kube_samples
-    where cluster = getvariable('cluster')
+    where in_window(cluster, ts_ms)
       and metric = 'kube_pod_labels'
-      and ts_ms >= getvariable('window_start_ms')
-      and ts_ms < getvariable('day_end_ms')
 ),
 ranked as (
     -- Copies of one sample (duplicate rows) share a rank: they do not break a span.

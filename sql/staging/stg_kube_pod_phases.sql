@@ -6,10 +6,8 @@
 with phase_samples as (
     select ts_ms, target, value, json_extract_string(labels, ['namespace', 'pod', 'uid', 'phase']) as label
     from raw_kube_samples
-    where cluster = getvariable('cluster')
+    where in_window(cluster, ts_ms)
       and metric = 'kube_pod_status_phase'
-      and ts_ms >= getvariable('window_start_ms')
-      and ts_ms < getvariable('day_end_ms')
 ),
 pod_samples as (
     select

@@ -20,9 +20,7 @@ from (
         from (
             select distinct target, metric, ts_ms
             from raw_kube_samples
-            where cluster = getvariable('cluster')
-              and ts_ms >= getvariable('window_start_ms')
-              and ts_ms < getvariable('day_end_ms')
+            where in_window(cluster, ts_ms)
         )
     )
 )

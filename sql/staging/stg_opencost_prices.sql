@@ -6,10 +6,8 @@ select
     labels ->> 'node' as node,
     max(value) as gpu_price_per_hour
 from raw_kube_samples
-where cluster = getvariable('cluster')
+where in_window(cluster, ts_ms)
   and metric = 'node_gpu_hourly_cost'
   and isfinite(value)
   and value >= 0
-  and ts_ms >= getvariable('window_start_ms')
-  and ts_ms < getvariable('day_end_ms')
 group by all
