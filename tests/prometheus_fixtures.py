@@ -18,6 +18,16 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlparse
 
+import pytest
+
+from metering import promserver
+
+# Tests that start a real Prometheus: skipped, saying what to install, where the binaries are missing.
+needs_prometheus = pytest.mark.skipif(
+    not promserver.binaries_available(),
+    reason=f"`prometheus` and `promtool` are not on PATH: {promserver.INSTALL_HINT}",
+)
+
 
 @dataclass(frozen=True)
 class Sample:

@@ -21,21 +21,16 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
-from metering import promserver, simulator
+from metering import simulator
 from metering.cli import write_demo_config, write_prometheus_demo_config
 from metering.config import load_config
 from metering.promserver import PrometheusServer, backfill
 from metering.runner import invoice_lines_path
 from metering.warehouse import MARTS, Warehouse
 from pipelines.launch import invoice_month, meter_days
+from tests.prometheus_fixtures import needs_prometheus
 
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.skipif(
-        not promserver.binaries_available(),
-        reason=f"`prometheus` and `promtool` are not on PATH: {promserver.INSTALL_HINT}",
-    ),
-]
+pytestmark = [pytest.mark.slow, needs_prometheus]
 
 SPEC = simulator.FactorySpec(
     h100_nodes=2,

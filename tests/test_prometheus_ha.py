@@ -21,9 +21,9 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
-from prometheus_fixtures import Sample, sample, write_openmetrics
+from prometheus_fixtures import Sample, needs_prometheus, sample, write_openmetrics
 
-from metering import openmetrics, promserver
+from metering import openmetrics
 from metering.accounting import day_bounds_ms
 from metering.config import PrometheusSource
 from metering.prometheus import PrometheusRawSource
@@ -31,11 +31,7 @@ from metering.promserver import PrometheusServer, backfill
 from metering.schema import RAW_KUBE_SCHEMA
 from metering.sources import concat_parts
 
-if not promserver.binaries_available():
-    pytest.skip(
-        "prometheus/promtool not installed: install the Debian package prometheus (apt-get install -y prometheus)",
-        allow_module_level=True,
-    )
+pytestmark = needs_prometheus
 
 DAY = date(2026, 11, 1)
 D0, D1 = day_bounds_ms(DAY)

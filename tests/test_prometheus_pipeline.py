@@ -23,21 +23,16 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from metering import cli, promserver, simulator
+from metering import cli, simulator
 from metering.cli import write_demo_config, write_demo_k8s_objects, write_prometheus_demo_config
 from metering.config import load_config
 from metering.promserver import PrometheusServer, backfill
 from metering.runner import RunFailed, exports_dir, invoice_lines_path, read_mart
 from metering.warehouse import MARTS, Warehouse
 from pipelines.launch import invoice_month, meter_days
+from tests.prometheus_fixtures import needs_prometheus
 
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.skipif(
-        not promserver.binaries_available(),
-        reason=f"`prometheus` and `promtool` are not on PATH: {promserver.INSTALL_HINT}",
-    ),
-]
+pytestmark = [pytest.mark.slow, needs_prometheus]
 
 # Small but complete: whole-GPU jobs, MIG (with unpartitioned remainders), a time-sliced GPU shared by
 # three pods (vgpu), DRA GPUs, an unmapped namespace, the outage, the XID and the energy reset on day 2,

@@ -21,20 +21,15 @@ from typing import Any
 import pyarrow as pa
 import pytest
 import yaml
-from prometheus_fixtures import Sample, sample, write_openmetrics
+from prometheus_fixtures import Sample, needs_prometheus, sample, write_openmetrics
 
-from metering import promserver
 from metering.accounting import day_bounds_ms
 from metering.config import ConfigError, PrometheusSource, parse_config
 from metering.prometheus import PrometheusRawSource
 from metering.promserver import PrometheusServer, backfill
 from metering.schema import DCGM_GPU_UTIL, DCGM_XID
 
-if not promserver.binaries_available():
-    pytest.skip(
-        "prometheus/promtool not installed: install the Debian package prometheus (apt-get install -y prometheus)",
-        allow_module_level=True,
-    )
+pytestmark = needs_prometheus
 
 DAY = date(2026, 11, 1)
 D0, D1 = day_bounds_ms(DAY)
