@@ -392,7 +392,10 @@ class Config(_Model):
         30, gt=0, le=3600, description="Δ: the time one raw sample stands for (R1)."
     )
     kube_lookback_seconds: int = Field(
-        300, gt=0, description="How old a kube-state-metrics sample may be to describe a DCGM sample."
+        300,
+        gt=0,
+        description="How long a kube-state-metrics sample describes DCGM samples when its exporter is no longer "
+        "scraped (else until the exporter's next scrape), and how long an OpenCost price holds.",
     )
     clusters: list[Cluster] = Field(min_length=1)
     rate_card: RateCard = Field(default_factory=RateCard)
