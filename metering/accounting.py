@@ -313,10 +313,6 @@ def _set_variables(con: duckdb.DuckDBPyConnection, config: Config, cluster: str,
         "idle_threshold": config.idle_threshold,
         "idle_policy": config.idle_policy,
         "tariff": config.tariff,
-        # R9/R10 tariff mix as exact decimal text (reserved 1, used 0); cast to DECIMAL in SQL (R13).
-        "reserved_fraction": {"reserved": "1", "used": "0"}.get(
-            config.tariff, f"{config.hybrid.reserved_fraction if config.hybrid else 1:.6f}"
-        ),
         "energy_price_per_kwh": config.rate_card.energy_price_per_kwh,
         "energy_price_units": price_units(config.rate_card.energy_price_per_kwh) or 0,
         "scrape_ms": config.scrape_interval_seconds * 1000,
