@@ -453,7 +453,7 @@ def _load_raw(con: duckdb.DuckDBPyConnection, raw: RawDay | RawFiles) -> None:
     """Raw tables under their model names: Arrow tables are copied in, stored files are read in place."""
     if isinstance(raw, RawDay):
         for name, table in raw.tables().items():
-            con.register(f"{name}__arrow", _conform(table, RAW_TABLES[name]))
+            con.register(f"{name}__arrow", _conform(table, name))
             con.execute(f"create temp table {name} as select * from {name}__arrow")
             con.unregister(f"{name}__arrow")
         return
@@ -532,18 +532,12 @@ def _identifier(name: str) -> str:
     return name
 
 
-def _optional_columns(schema: pa.Schema) -> frozenset[str]:
-    return next(
-        (OPTIONAL_RAW_COLUMNS.get(n, frozenset()) for n, s in RAW_TABLES.items() if s.equals(schema)),
-        frozenset(),
-    )
-
-
-def _conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
-    """Select and cast the schema's columns; a missing column or an uncastable one is an error naming it."""
-    for name in schema.names:
-        if name not in table.column_names and name in _optional_columns(schema):
-            table = table.append_column(name, pa.nulls(table.num_rows, schema.field(name).type))
+def _conform(table: pa.Table, raw_table: str) -> pa.Table:
+    """Select and cast the raw table's columns (an optional one it lacks is null); a missing column or an
+    uncastable one is an error naming it."""
+    schema = RAW_TABLES[raw_table]
+    for name in OPTIONAL_RAW_COLUMNS.get(raw_table, frozenset()) - set(table.column_names):
+        table = table.append_column(name, pa.nulls(table.num_rows, schema.field(name).type))
     missing = [f.name for f in schema if f.name not in table.column_names]
     if missing:
         raise AccountingError(f"raw table lacks column(s) {', '.join(missing)} of the raw-samples schema")
