@@ -32,13 +32,13 @@ lint: $(STAMP)
 
 dagster-ui: $(STAMP)
 	DAGSTER_HOME=$(CURDIR)/.gpumeter/dagster GPUMETER_CONFIG=$(CURDIR)/.gpumeter/demo/config.yaml \
-	  $(BIN)/dagster dev -m pipelines.definitions -h 127.0.0.1 -p 3000
+	  $(BIN)/dagster dev -m gpumeter.pipelines.definitions -h 127.0.0.1 -p 3000
 
 # The Streamlit dashboard on the demo's warehouse, in local mode unless .streamlit/secrets.toml has [auth].
 dashboard: $(STAMP)
 	@test -f .gpumeter/demo/config.yaml || { echo "no demo data: run \`make demo\` first"; exit 1; }
 	GPUMETER_CONFIG=$(CURDIR)/.gpumeter/demo/config.yaml \
-	  $(BIN)/streamlit run dashboards/app.py --server.address 127.0.0.1 --server.port 8501
+	  $(BIN)/gpumeter dashboard
 
 clean:
 	rm -rf $(VENV) .gpumeter

@@ -7,14 +7,14 @@ Every measured step runs in its own child process, so that its peak RSS (the chi
 time is measured by the child around the work only (interpreter start-up excluded). Steps (bench/README.md):
 
   generate      simulator → raw zone of a warehouse, streamed by node groups (not a target)
-  meter         (a) gpumeter: one (cluster, day) from raw Parquet to marts (metering.runner)
+  meter         (a) gpumeter: one (cluster, day) from raw Parquet to marts (gpumeter.billing.month)
   single_pass   (b) one DuckDB GROUP BY over the same raw Parquet: held seconds per pod
   sample_floor  (b') one GROUP BY at the sample's grain first (each sample counted once, R1), then per pod
   pandas        (c) bench/pandas_meter.py over the same raw Parquet
   promql        (d) sum by namespace of count_over_time × price, against a real Prometheus
-  prom_pull     (e) gpumeter's Prometheus pull of that day, staged part by part (metering.runner.pull_raw_day)
+  prom_pull     (e) gpumeter's Prometheus pull of that day, staged part by part (gpumeter.billing.month.pull_raw_day)
   bare_http     the same HTTP requests as (e), replayed with urllib: bodies fetched, nothing parsed
-  rollup        the monthly invoice roll-up (metering.runner.roll_up_month)
+  rollup        the monthly invoice roll-up (gpumeter.billing.month.roll_up_month)
 
 The machine is shared and noisy: ratios of steps measured side by side are the figures to read.
 """
@@ -41,13 +41,14 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from gpumeter.dashboard import APP as DASHBOARD_APP
+
 if TYPE_CHECKING:
     from duckdb import DuckDBPyConnection
 
-    from metering.config import Config
+    from gpumeter.config import Config
 
 REPO = Path(__file__).resolve().parent.parent
-DEMO_CONFIG = REPO / "examples" / "demo-config.yaml"
 CLUSTER = "fleet"
 
 
@@ -87,7 +88,7 @@ class Workspace:
 
     @property
     def start(self) -> date:
-        from metering.simulator import fleet_spec
+        from gpumeter_sim.factory import fleet_spec
 
         return fleet_spec(self.gpus).start
 
@@ -102,10 +103,11 @@ class Workspace:
 
 def write_config(ws: Workspace) -> Path:
     """The demo config with the fleet's cluster and warehouse, storing marts only (docs/deploy.md)."""
-    text = DEMO_CONFIG.read_text(encoding="utf-8")
+    from gpumeter.config import EXAMPLE_CONFIG
+
+    # The example's relative paths (source/, warehouse/) are relative to the config: the workspace's own.
+    text = EXAMPLE_CONFIG.read_text(encoding="utf-8")
     text = text.replace("  - name: demo\n", f"  - name: {CLUSTER}\n")
-    text = text.replace("../.gpumeter/demo/source", str(ws.root / "source"))
-    text = text.replace("../.gpumeter/demo/warehouse", str(ws.warehouse))
     text += "  persist_models: marts\n"
     ws.root.mkdir(parents=True, exist_ok=True)
     ws.config_path.write_text(text, encoding="utf-8")
@@ -126,9 +128,9 @@ def _day_samples(ws: Workspace, day: date) -> int:
 
 
 def step_generate(ws: Workspace) -> Measure:
-    from metering.accounting import lookback_ms
-    from metering.config import load_config
-    from metering.simulator import fleet_spec, write_parquet
+    from gpumeter.config import load_config
+    from gpumeter.ingest.contract import lookback_ms
+    from gpumeter_sim.factory import fleet_spec, write_parquet
 
     config = load_config(write_config(ws))
     started = time.perf_counter()
@@ -140,10 +142,10 @@ def step_generate(ws: Workspace) -> Measure:
 
 
 def step_meter(ws: Workspace, day: date) -> Measure:
-    from metering.accounting import Model
-    from metering.config import load_config
-    from metering.runner import meter_partition_day
-    from metering.warehouse import Warehouse
+    from gpumeter.config import load_config
+    from gpumeter.models.partition import meter_partition_day
+    from gpumeter.models.project import Model
+    from gpumeter.storage.warehouse import Warehouse
 
     config = load_config(ws.config_path)
     model_seconds: dict[str, float] = {}  # where (a)'s time goes, from the same run (bench/README.md)
@@ -195,9 +197,9 @@ def _duckdb_files(files: list[Path]) -> str:
 
 
 def step_single_pass(ws: Workspace, day: date) -> Measure:
-    from metering.accounting import day_bounds_ms
-    from metering.config import load_config
-    from metering.schema import DCGM_GR_ENGINE_ACTIVE
+    from gpumeter.config import load_config
+    from gpumeter.ingest.contract import day_bounds_ms
+    from gpumeter.ingest.schema import DCGM_GR_ENGINE_ACTIVE
 
     config = load_config(ws.config_path)
     start_ms, end_ms = day_bounds_ms(day)
@@ -219,8 +221,8 @@ def step_sample_floor(ws: Workspace, day: date) -> Measure:
     sample, R4), then held seconds per pod. (b) counts rows, so a duplicated or shared series counts twice
     (the PromQL failure); the step from (b) to (b') is the price of not double-counting, before any rule."""
 
-    from metering.accounting import day_bounds_ms
-    from metering.config import load_config
+    from gpumeter.config import load_config
+    from gpumeter.ingest.contract import day_bounds_ms
 
     config = load_config(ws.config_path)
     start_ms, end_ms = day_bounds_ms(day)
@@ -239,9 +241,9 @@ def step_sample_floor(ws: Workspace, day: date) -> Measure:
 
 def _prices(config_path: Path) -> dict[str, float]:
     """modelName -> price per GPU-hour, from the rate card the config resolves (R8)."""
-    from metering.catalog import resolve_device_class
-    from metering.config import load_config
-    from metering.simulator import MODELS
+    from gpumeter.config import load_config
+    from gpumeter.models.catalog import resolve_device_class
+    from gpumeter_sim.factory import MODELS
 
     config = load_config(config_path)
     return {
@@ -252,8 +254,8 @@ def _prices(config_path: Path) -> dict[str, float]:
 
 def step_pandas(ws: Workspace, day: date) -> Measure:
     from bench.pandas_meter import cost_by_namespace
-    from metering.accounting import day_bounds_ms
-    from metering.config import load_config
+    from gpumeter.config import load_config
+    from gpumeter.ingest.contract import day_bounds_ms
 
     config = load_config(ws.config_path)
     prices = _prices(ws.config_path)
@@ -268,9 +270,9 @@ def step_pandas(ws: Workspace, day: date) -> Measure:
 
 
 def step_rollup(ws: Workspace) -> Measure:
-    from metering.config import load_config
-    from metering.runner import roll_up_month
-    from metering.warehouse import Warehouse
+    from gpumeter.billing.month import roll_up_month
+    from gpumeter.config import load_config
+    from gpumeter.storage.warehouse import Warehouse
 
     config = load_config(ws.config_path)
     started = time.perf_counter()
@@ -285,9 +287,9 @@ def step_rollup(ws: Workspace) -> Measure:
     )
 
 
-# Every page file of the app (dashboards/app.py runs the app when imported, so its page list is not importable).
+# Every page file of the app (app.py runs the app when imported, so its page list is not importable).
 DASHBOARD_PAGES = tuple(
-    sorted(p.stem for p in (REPO / "dashboards" / "screens").glob("*.py") if p.stem != "__init__")
+    sorted(p.stem for p in (DASHBOARD_APP.parent / "screens").glob("*.py") if p.stem != "__init__")
 )
 
 
@@ -298,7 +300,7 @@ def step_dashboard(ws: Workspace) -> Measure:
 
     os.environ["GPUMETER_CONFIG"] = str(ws.config_path)
     os.environ["GPUMETER_DASHBOARD_VIEWER"] = "finance"
-    app = str(REPO / "dashboards" / "app.py")
+    app = str(DASHBOARD_APP)
     at = AppTest.from_file(app, default_timeout=600).run()  # first run: imports, not a page view
     pages: dict[str, float] = {}
     for page in DASHBOARD_PAGES:
@@ -351,8 +353,8 @@ def replicate_month(day_ws: Workspace, month_ws: Workspace) -> int:
 
 def prometheus_tsdb(ws: Workspace) -> Path:
     """The fleet's days as OpenMetrics, backfilled with promtool (not measured: ~1 min per 36 GPU-days)."""
-    from metering.promserver import backfill
-    from metering.simulator import fleet_spec, write_openmetrics
+    from gpumeter_sim.factory import fleet_spec, write_openmetrics
+    from gpumeter_sim.promserver import backfill
 
     tsdb = ws.root / "prometheus-tsdb"
     if not (ws.root / "prometheus-tsdb.done").exists():
@@ -371,8 +373,8 @@ def _get(url: str) -> bytes:
 
 def step_promql(ws: Workspace, url: str, day: date) -> Measure:
     """(d): GPU-hours × price per namespace with PromQL only: count_over_time per series, summed."""
-    from metering.accounting import day_bounds_ms
-    from metering.schema import DCGM_GR_ENGINE_ACTIVE
+    from gpumeter.ingest.contract import day_bounds_ms
+    from gpumeter.ingest.schema import DCGM_GR_ENGINE_ACTIVE
 
     prices = _prices(ws.config_path)
     _, end_ms = day_bounds_ms(day)
@@ -439,8 +441,8 @@ def recording_proxy(upstream: str, log: list[str]) -> Iterator[str]:
 
 
 def _prometheus_source(url: str) -> Any:
-    from metering.config import PrometheusSource
-    from metering.prometheus import PrometheusRawSource
+    from gpumeter.config import PrometheusSource
+    from gpumeter.ingest.prometheus import PrometheusRawSource
 
     return PrometheusRawSource(PrometheusSource(kind="prometheus", url=url), cluster=CLUSTER)
 
@@ -448,9 +450,9 @@ def _prometheus_source(url: str) -> Any:
 def _pull_day(ws: Workspace, url: str, day: date, into: Path) -> tuple[Any, dict[str, int]]:
     """gpumeter's pull of `day` as the `raw_samples` asset runs it: the source hands the day over one dedupe
     bucket (an hour) at a time and each part is staged into a warehouse's raw zone (`pull_raw_day`)."""
-    from metering.config import load_config
-    from metering.runner import pull_raw_day
-    from metering.warehouse import Warehouse
+    from gpumeter.config import load_config
+    from gpumeter.ingest.pull import pull_raw_day
+    from gpumeter.storage.warehouse import Warehouse
 
     source = _prometheus_source(url)
     shutil.rmtree(into, ignore_errors=True)
@@ -633,7 +635,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         measure("rollup", month)
         measure("dashboard", month)
     if args.prom_gpus:
-        from metering.promserver import PrometheusServer, binaries_available
+        from gpumeter_sim.promserver import PrometheusServer, binaries_available
 
         if not binaries_available():
             say("prometheus/promtool not installed: (d), (e) skipped")

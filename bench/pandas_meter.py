@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from metering.schema import DCGM_GR_ENGINE_ACTIVE
+from gpumeter.ingest.schema import DCGM_GR_ENGINE_ACTIVE
 
 COLUMNS = ["ts_ms", "metric", "uuid", "gpu_i_id", "gpu_i_profile", "model_name", "namespace", "pod"]
 

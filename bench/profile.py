@@ -16,11 +16,12 @@ from datetime import date
 from pathlib import Path
 from typing import Any
 
-from metering.accounting import Model, meter_day
-from metering.config import load_config
-from metering.runner import read_raw_day
-from metering.simulator import FactorySpec
-from metering.warehouse import Warehouse
+from gpumeter.config import load_config
+from gpumeter.models.partition import read_raw_day
+from gpumeter.models.project import Model
+from gpumeter.models.runner import meter_day
+from gpumeter.storage.warehouse import Warehouse
+from gpumeter_sim.factory import FactorySpec
 
 
 def _operators(node: dict[str, Any], into: Counter[str]) -> None:

@@ -23,8 +23,8 @@ from typing import Any
 
 import pyarrow as pa
 
-from metering.accounting import RawDay, day_bounds_ms
-from metering.schema import (
+from gpumeter.ingest.contract import RawDay, day_bounds_ms
+from gpumeter.ingest.schema import (
     DCGM_ENERGY,
     DCGM_FB_USED,
     DCGM_GPU_UTIL,
@@ -401,10 +401,10 @@ class FactoryBuilder:
 
     def write_openmetrics(self, path: Path) -> Path:
         """The day's dcgm-exporter and kube-state-metrics rows as one OpenMetrics file for `promtool tsdb
-        create-blocks-from openmetrics` (metering/openmetrics.py: seconds, one block per family, `# EOF`).
+        create-blocks-from openmetrics` (gpumeter_sim/openmetrics.py: seconds, one block per family, `# EOF`).
         DCGM series get `job="dcgm-exporter"`, `instance="<node>:9400"`; kube rows their `target` as job and
         instance, else kube-state-metrics' usual ones. DRA objects are not metrics: see `k8s_documents`."""
-        from metering.openmetrics import write_openmetrics
+        from gpumeter_sim.openmetrics import write_openmetrics
 
         raw = self.build()
         write_openmetrics([(raw.dcgm, raw.kube)], Path(path))
@@ -413,7 +413,7 @@ class FactoryBuilder:
     def k8s_documents(self) -> dict[int | None, tuple[dict[str, Any], dict[str, Any]]]:
         """The DRA objects as `kubectl get resourceclaims,resourceslices -A -o json` lists, per snapshot:
         {snapshot time in epoch ms (None: of unknown time): (ResourceClaim list, ResourceSlice list)}.
-        metering.k8s_objects.parse_resource_claims / parse_resource_slices read them back into the rows
+        gpumeter.ingest.k8s_objects.parse_resource_claims / parse_resource_slices read them back into the rows
         `claim` and `slice_device` wrote (marker rows included for a snapshot of known time)."""
         times = {r.get("snapshot_ms") for r in (*self._claims, *self._slices)}
         out: dict[int | None, tuple[dict[str, Any], dict[str, Any]]] = {}
@@ -424,14 +424,14 @@ class FactoryBuilder:
         return out
 
     def write_parquet_source(self, root: Path) -> Path:
-        """The day as a `kind: parquet` source folder (metering.sources.ParquetRawSource):
+        """The day as a `kind: parquet` source folder (gpumeter.ingest.sources.ParquetRawSource):
         `<table>/cluster=<c>/day=<d>/data.parquet` (rows before the day in the day before's folder, as a
         simulated fleet writes them), DRA objects of unknown time as `k8s/cluster=<c>/day=<d>/
         resourceclaims.json` / `resourceslices.json`, timed ones as time-named snapshot files."""
         import pyarrow.compute as pc
         import pyarrow.parquet as pq
 
-        from metering.k8s_objects import write_snapshot
+        from gpumeter.ingest.k8s_objects import write_snapshot
 
         root = Path(root)
         raw = self.build()

@@ -20,7 +20,7 @@ from urllib.parse import parse_qs, urlparse
 
 import pytest
 
-from metering import promserver
+from gpumeter_sim import promserver
 
 # Tests that start a real Prometheus: skipped, saying what to install, where the binaries are missing.
 needs_prometheus = pytest.mark.skipif(

@@ -12,8 +12,9 @@ import pytest
 
 from bench import fleet
 from bench.pandas_meter import cost_by_namespace
-from metering.accounting import day_bounds_ms, load_models
-from metering.promserver import binaries_available
+from gpumeter.ingest.contract import day_bounds_ms
+from gpumeter.models.project import load_models
+from gpumeter_sim.promserver import binaries_available
 from tests.builders import FactoryBuilder
 
 DAY = date(2026, 11, 1)

@@ -1,4 +1,4 @@
-"""Budgets (metering/budgets.py, docs/tariffs.md): spend, burn-down and forecast on known series.
+"""Budgets (gpumeter/billing/budgets.py, docs/tariffs.md): spend, burn-down and forecast on known series.
 
 Every expected value is computed by hand in the comment beside it. November 2026 has 30 days.
 """
@@ -11,9 +11,9 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from metering.budgets import BudgetStatus, budget_status
-from metering.config import Config
-from metering.invoices import Period
+from gpumeter.billing.budgets import BudgetStatus, budget_status
+from gpumeter.billing.invoices import Period
+from gpumeter.config import Config
 from tests.test_invoices import daily
 from tests.test_rules import P1, P2, D, factory, make_config, meter
 

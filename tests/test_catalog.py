@@ -7,7 +7,8 @@ from typing import Any
 
 import pytest
 
-from metering.catalog import (
+from gpumeter.config import Config
+from gpumeter.models.catalog import (
     BUILTIN_MIG_CATALOG,
     CatalogError,
     CatalogWarning,
@@ -15,7 +16,6 @@ from metering.catalog import (
     mig_slices,
     resolve_device_class,
 )
-from metering.config import Config
 
 A100_40 = "NVIDIA A100-SXM4-40GB"
 A100_40_PCIE = "NVIDIA A100-PCIE-40GB"

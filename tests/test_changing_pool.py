@@ -52,13 +52,14 @@ from test_rules import (
     rows,
 )
 
-from metering import promserver
-from metering.accounting import RawDay, lookback_ms, meter_day
-from metering.config import Config, PrometheusSource
-from metering.k8s_objects import parse_resource_claims, parse_resource_slices
-from metering.prometheus import PrometheusRawSource
-from metering.promserver import PrometheusServer, backfill
-from metering.sources import ParquetRawSource, concat_parts
+from gpumeter.config import Config, PrometheusSource
+from gpumeter.ingest.contract import RawDay, concat_parts, lookback_ms
+from gpumeter.ingest.k8s_objects import parse_resource_claims, parse_resource_slices
+from gpumeter.ingest.parquet import ParquetRawSource
+from gpumeter.ingest.prometheus import PrometheusRawSource
+from gpumeter.models.runner import meter_day
+from gpumeter_sim import promserver
+from gpumeter_sim.promserver import PrometheusServer, backfill
 from tests.builders import FactoryBuilder
 
 OFFSET_MS = -20_000  # kube-state-metrics scrapes 20 s before the DCGM grid

@@ -8,9 +8,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from metering.cli import main
-from metering.config import load_config
-from metering.warehouse import Warehouse, WarehouseError, atomic_write_parquet
+from gpumeter.cli.main import main
+from gpumeter.config import load_config
+from gpumeter.storage.files import WarehouseError, atomic_write_parquet
+from gpumeter.storage.warehouse import Warehouse
 
 
 def test_demo_prints_reconciled_invoices_and_writes_csvs(
@@ -78,7 +79,7 @@ def test_run_rejects_an_end_before_start(tmp_path: Path, capsys: pytest.CaptureF
 def test_run_rejects_a_cluster_the_config_does_not_have(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from metering.cli import write_demo_config
+    from gpumeter.cli.main import write_demo_config
 
     config = write_demo_config(tmp_path)
     argv = ["run", "--config", str(config), "--start", "2026-11-01", "--end", "2026-11-01"]

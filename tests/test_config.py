@@ -12,8 +12,9 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
-from metering import config as config_module
-from metering.config import (
+from gpumeter import config as config_module
+from gpumeter.config import (
+    EXAMPLE_CONFIG,
     Config,
     ConfigError,
     ParquetSource,
@@ -25,7 +26,7 @@ from metering.config import (
 )
 
 REPO = Path(__file__).resolve().parent.parent
-EXAMPLE = REPO / "examples" / "demo-config.yaml"
+EXAMPLE = Path(str(EXAMPLE_CONFIG))
 DOCS = REPO / "docs" / "config.md"
 
 MINIMAL = "clusters:\n  - name: a\n    source: {kind: parquet, path: x}\n"
@@ -51,9 +52,9 @@ def warnings_of(text: str) -> list[tuple[str, str]]:
 
 def _cli_main() -> Any:
     try:
-        from metering.cli import main
-    except ImportError as exc:  # metering.cli imports modules another engineer may still be writing
-        pytest.skip(f"metering.cli is not importable yet: {exc}")
+        from gpumeter.cli.main import main
+    except ImportError as exc:  # gpumeter.cli.main imports modules another engineer may still be writing
+        pytest.skip(f"gpumeter.cli.main is not importable yet: {exc}")
     return main
 
 

@@ -17,7 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from pipelines.launch import meter_days
+from gpumeter.dashboard import APP as DASHBOARD_APP
+from gpumeter.pipelines.launch import meter_days
 from tests.test_views import DAYS, build_metered
 
 pytestmark = pytest.mark.slow
@@ -79,7 +80,7 @@ def serve(config_path: Path, viewer: str, log: Path) -> Iterator[str]:
     port = free_port()
     env = {**os.environ, "GPUMETER_CONFIG": str(config_path), "GPUMETER_DASHBOARD_VIEWER": viewer}
     streamlit = Path(sys.executable).parent / "streamlit"
-    command = [str(streamlit), "run", str(REPO / "dashboards" / "app.py"), "--server.address", "127.0.0.1",
+    command = [str(streamlit), "run", str(DASHBOARD_APP), "--server.address", "127.0.0.1",
                "--server.port", str(port), "--server.headless", "true", "--browser.gatherUsageStats", "false",
                "--server.fileWatcherType", "none"]  # fmt: skip
     with open(log, "w") as out:

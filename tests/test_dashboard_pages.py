@@ -11,16 +11,18 @@ import polars as pl
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from metering.config import IDLE, UNALLOCATED, Config, load_config
-from metering.invoices import Period
-from metering.rightsizing import HolderPeak, advise
-from metering.warehouse import MARTS, Warehouse
+from gpumeter.billing.invoices import Period
+from gpumeter.config import IDLE, UNALLOCATED, Config, load_config
+from gpumeter.dashboard import APP as DASHBOARD_APP
+from gpumeter.storage.paths import MARTS
+from gpumeter.storage.warehouse import Warehouse
+from gpumeter.views.rightsizing import HolderPeak, advise
 from tests.test_views import build_metered
 from tests.test_views import stored as read
 
 pytestmark = pytest.mark.slow
 
-APP = Path(__file__).resolve().parent.parent / "dashboards" / "app.py"
+APP = DASHBOARD_APP
 FINANCE_PAGES = [
     "charges",
     "budgets",

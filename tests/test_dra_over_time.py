@@ -24,12 +24,14 @@ import pyarrow.parquet as pq
 import pytest
 from test_rules import A100, DAY, H100, IDLE, D, charges, factory, holder, make_config, meter, rows
 
-from metering.accounting import RawDay, RawFiles, meter_day
-from metering.k8s_objects import snapshot_file_name, write_snapshot
-from metering.prometheus import PrometheusRawSource
-from metering.runner import pull_raw_day
-from metering.sources import ParquetRawSource, SourceError
-from metering.warehouse import RAW, Warehouse
+from gpumeter.ingest.contract import RawDay, RawFiles, SourceError
+from gpumeter.ingest.k8s_objects import write_snapshot
+from gpumeter.ingest.parquet import ParquetRawSource
+from gpumeter.ingest.prometheus import PrometheusRawSource
+from gpumeter.ingest.pull import pull_raw_day
+from gpumeter.models.runner import meter_day
+from gpumeter.storage.paths import RAW, snapshot_name
+from gpumeter.storage.warehouse import Warehouse
 from tests.builders import FactoryBuilder
 
 
@@ -298,7 +300,7 @@ def test_parquet_source_and_builder_meter_the_same_twenty_minute_job(tmp_path: P
 
 
 def test_snapshot_names_are_utc_times_to_the_millisecond() -> None:
-    assert snapshot_file_name("resourceslices", _ms("2026-11-01T10:05:00.123+00:00")) == (
+    assert snapshot_name("resourceslices", _ms("2026-11-01T10:05:00.123+00:00")) == (
         "resourceslices-20261101T100500.123Z.json"
     )
 

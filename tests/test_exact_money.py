@@ -18,14 +18,14 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from metering.accounting import meter_day
-from metering.config import IDLE, parse_config
-from metering.invoices import Period, build_invoice_lines
+from gpumeter.billing.invoices import Period, build_invoice_lines
+from gpumeter.config import IDLE, parse_config
+from gpumeter.models.runner import meter_day
 from tests.builders import FactoryBuilder
 
 DAY = date(2026, 11, 1)
 H100 = "NVIDIA H100 80GB HBM3"
-# Compute slices of the H100-80GB profiles used below (TELEMETRY.md): weight = slices / 7.
+# Compute slices of the H100-80GB profiles used below (docs/telemetry.md): weight = slices / 7.
 PROFILES = {"1g.10gb": 1, "2g.20gb": 2, "3g.40gb": 3}
 SETTINGS = settings(
     max_examples=int(os.environ.get("GPUMETER_PROPERTY_EXAMPLES", "8")) * 4,

@@ -29,15 +29,18 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
-from metering import simulator
-from metering.accounting import day_bounds_ms, lookback_ms, meter_day
-from metering.cli import write_demo_config
-from metering.config import PrometheusSource, load_config
-from metering.prometheus import PrometheusRawSource
-from metering.runner import pull_raw_day
-from metering.schema import RAW_DCGM_SCHEMA
-from metering.sources import ParquetRawSource, SourceError
-from metering.warehouse import RAW, Warehouse, WarehouseError, atomic_write_parquet
+from gpumeter.cli.main import write_demo_config
+from gpumeter.config import PrometheusSource, load_config
+from gpumeter.ingest.contract import SourceError, day_bounds_ms, lookback_ms
+from gpumeter.ingest.parquet import ParquetRawSource
+from gpumeter.ingest.prometheus import PrometheusRawSource
+from gpumeter.ingest.pull import pull_raw_day
+from gpumeter.ingest.schema import RAW_DCGM_SCHEMA
+from gpumeter.models.runner import meter_day
+from gpumeter.storage.files import WarehouseError, atomic_write_parquet
+from gpumeter.storage.paths import RAW
+from gpumeter.storage.warehouse import Warehouse
+from gpumeter_sim import factory as simulator
 from tests.prometheus_fixtures import matrix_body
 from tests.test_rules import make_config
 
@@ -184,8 +187,7 @@ def test_a_secret_never_reaches_errors_logs_or_the_dagster_event_log(
     run's events."""
     from dagster import DagsterInstance
 
-    from metering.runner import RunFailed
-    from pipelines.launch import meter_days
+    from gpumeter.pipelines.launch import RunFailed, meter_days
 
     mode, hits = misbehaving
     mode[0] = server
@@ -357,7 +359,7 @@ def test_a_file_size_limit_is_one_clear_error_in_a_child_process(tmp_path: Path)
         import os, resource, signal, sys
         from pathlib import Path
         import pyarrow as pa
-        from metering.warehouse import WarehouseError, atomic_write_parquet
+        from gpumeter.storage.files import WarehouseError, atomic_write_parquet
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails with EFBIG instead
         resource.setrlimit(resource.RLIMIT_FSIZE, (64 * 1024, 64 * 1024))
         try:
@@ -481,7 +483,7 @@ def _with_warehouse(config: Path, warehouse: Path) -> Path:
 def _run_day(config: Path, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
     """The real meter_day job for DAY in a child process (what `gpumeter run` and the schedule run)."""
     code = (
-        "import sys; from datetime import date; from pipelines.launch import meter_days; "
+        "import sys; from datetime import date; from gpumeter.pipelines.launch import meter_days; "
         f"meter_days({str(config)!r}, [date.fromisoformat({DAY.isoformat()!r})]); print('done')"
     )
     return subprocess.Popen(

@@ -9,8 +9,8 @@ from decimal import Decimal
 from focus_validator import validate_focus_csv
 from test_invoices import config, daily
 
-from metering.focus import FOCUS_COLUMNS, focus_csv
-from metering.invoices import LineSums, Period, build_invoice_lines, lines_table, make_lines
+from gpumeter.billing.focus import FOCUS_COLUMNS, focus_csv
+from gpumeter.billing.invoices import LineSums, Period, build_invoice_lines, lines_table, make_lines
 
 NOV, DEC = Period.parse("2026-11"), Period.parse("2026-12")
 ROWS = [

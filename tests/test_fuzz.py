@@ -27,10 +27,11 @@ import yaml
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from metering.accounting import RawDay, day_bounds_ms, meter_day
-from metering.config import ConfigError, parse_config
-from metering.k8s_objects import K8sObjectError, parse_resource_claims, parse_resource_slices
-from metering.schema import DCGM_ENERGY, DCGM_FB_USED, DCGM_METRICS, DCGM_POWER, RAW_DCGM_SCHEMA
+from gpumeter.config import ConfigError, parse_config
+from gpumeter.ingest.contract import RawDay, day_bounds_ms
+from gpumeter.ingest.k8s_objects import K8sObjectError, parse_resource_claims, parse_resource_slices
+from gpumeter.ingest.schema import DCGM_ENERGY, DCGM_FB_USED, DCGM_METRICS, DCGM_POWER, RAW_DCGM_SCHEMA
+from gpumeter.models.runner import meter_day
 from tests.builders import FactoryBuilder
 from tests.test_rules import A100, H100, make_config
 

@@ -19,16 +19,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from metering.accounting import (
-    AccountingError,
-    _load_raw,
-    _require_distinct_series,
-    _set_variables,
-    load_models,
-    meter_day,
-)
-from metering.config import UNALLOCATED
-from metering.schema import (
+from gpumeter.config import UNALLOCATED
+from gpumeter.ingest.schema import (
     DCGM_ENERGY,
     DCGM_FB_USED,
     DCGM_GPU_UTIL,
@@ -37,7 +29,9 @@ from metering.schema import (
     DCGM_TEMP,
     DCGM_XID,
 )
-from pipelines.checks import quarantined_samples
+from gpumeter.models.project import AccountingError, load_models
+from gpumeter.models.runner import _load_raw, _require_distinct_series, _set_variables, meter_day
+from gpumeter.pipelines.checks import quarantined_samples
 from tests.test_rules import (
     A100,
     H100,
@@ -427,7 +421,7 @@ def test_a_timestamp_outside_the_day_is_counted_not_billed(ts_ms: int | None) ->
 
 def test_a_series_that_flips_holder_every_scrape_bills_each_sample_to_its_holder() -> None:
     """R5: the labels name the holder at that sample, so a series flipping between two pods bills each its own
-    samples; nothing is quarantined (time-slicing without vgpu copies looks like this, TELEMETRY.md)."""
+    samples; nothing is quarantined (time-slicing without vgpu copies looks like this, docs/telemetry.md)."""
     f = factory().gpu("n1", "GPU-1", H100)
     for i in range(6):
         f.sample("GPU-1", i, util=50, pod=P1 if i % 2 == 0 else P2)

@@ -1,5 +1,5 @@
 """Injection: SQL only with bound parameters or validated identifiers, and no spreadsheet formula reaches an
-invoice CSV cell (docs/reliability.md lists every SQL string built in metering/ and why it is safe)."""
+invoice CSV cell (docs/reliability.md lists every SQL string built in gpumeter/ and why it is safe)."""
 
 from __future__ import annotations
 
@@ -11,9 +11,11 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from metering.accounting import AccountingError, _identifier, load_models, meter_day
-from metering.invoices import Period, build_invoice_lines, invoice_csv
-from metering.warehouse import MARTS, Warehouse
+from gpumeter.billing.invoices import Period, build_invoice_lines, invoice_csv
+from gpumeter.models.project import AccountingError, load_models
+from gpumeter.models.runner import _identifier, meter_day
+from gpumeter.storage.paths import MARTS
+from gpumeter.storage.warehouse import Warehouse
 from tests.test_rules import H100, make_config
 
 DAY = date(2026, 11, 1)

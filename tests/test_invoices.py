@@ -7,8 +7,8 @@ from decimal import Decimal
 import pyarrow as pa
 import pytest
 
-from metering.config import parse_config
-from metering.invoices import (
+from gpumeter.billing.exports import write_invoice_csvs
+from gpumeter.billing.invoices import (
     INVOICE_COLUMNS,
     InvoiceError,
     Period,
@@ -18,8 +18,9 @@ from metering.invoices import (
     neutralize,
     reconcile,
     round_money,
-    write_invoice_csvs,
 )
+from gpumeter.billing.status import Status
+from gpumeter.config import parse_config
 
 CONFIG = """
 clusters: [{{name: c1, source: {{kind: parquet, path: /nonexistent}}}}]
@@ -118,7 +119,7 @@ def test_csv_output_contract_and_files(tmp_path) -> None:
     ]
     period = Period.parse("2026-11")
     lines = build_invoice_lines(daily(rows), config(), period)
-    paths = write_invoice_csvs(lines, config(), period, tmp_path)
+    paths = write_invoice_csvs(lines, config(), period, tmp_path, Status(str(period), False, ""))
     names = sorted(p.name for p in paths)
     assert names == [
         "invoice_lines_2026-11_all.csv",
@@ -188,7 +189,8 @@ def _injecting_lines():
 def test_formula_injection_through_cost_center_and_model_in_every_csv(tmp_path) -> None:
     import csv
 
-    from metering.periods import Status, write_exports
+    from gpumeter.billing.exports import write_exports
+    from gpumeter.billing.status import Status
 
     cfg, lines = _injecting_lines()
     period = Period.parse("2026-11")
@@ -214,8 +216,8 @@ def test_formula_injection_through_cost_center_and_model_in_every_csv(tmp_path) 
 
 
 def test_html_invoice_escapes_and_shows_what_finance_reads(tmp_path) -> None:
-    from metering.invoice_document import render_invoice
-    from metering.periods import Status
+    from gpumeter.billing.documents import render_invoice
+    from gpumeter.billing.status import Status
 
     cfg, lines = _injecting_lines()
     period = Period.parse("2026-11")

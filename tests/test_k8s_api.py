@@ -1,7 +1,7 @@
 """The kubeconfig path of the Prometheus source (R5): ResourceClaims and ResourceSlices listed with the
 official `kubernetes` client from a real HTTP server on 127.0.0.1 that answers the `resource.k8s.io/v1`
 list endpoints (token auth, paging), snapshotted per fetch; a 403 and a 500 give one clear SourceError. The
-snapshot job (pipelines/k8s_snapshots.py) run in a Dagster instance against the same server keeps timed
+snapshot job (gpumeter/pipelines/k8s_snapshots.py) run in a Dagster instance against the same server keeps timed
 snapshots that the source reads (R5)."""
 
 from __future__ import annotations
@@ -22,11 +22,12 @@ import kubernetes  # noqa: F401
 import pytest
 from dagster import DagsterInstance, build_schedule_context
 
-from metering import simulator
-from metering.config import PrometheusSource
-from metering.k8s_objects import parse_resource_claims, parse_resource_slices
-from metering.prometheus import PrometheusRawSource
-from metering.sources import SourceError
+from gpumeter.config import PrometheusSource
+from gpumeter.ingest.contract import SourceError
+from gpumeter.ingest.k8s_objects import parse_resource_claims, parse_resource_slices
+from gpumeter.ingest.prometheus import PrometheusRawSource
+from gpumeter.models.project import SQL_DIR
+from gpumeter_sim import factory as simulator
 
 TOKEN = "k8s-test-token"
 SPEC = simulator.FactorySpec(
@@ -247,7 +248,7 @@ def _now_ms() -> int:
 
 
 def test_the_api_snapshot_is_timed_by_its_first_request(api: ApiServer, tmp_path: Path) -> None:
-    from metering.prometheus import _KubeApi
+    from gpumeter.ingest.prometheus import _KubeApi
 
     before = _now_ms()
     taken, doc = _KubeApi(str(_kubeconfig(tmp_path / "kubeconfig", api.url))).snapshot("resourceclaims")
@@ -263,9 +264,9 @@ def test_the_snapshot_job_keeps_timed_snapshots_idempotently_and_the_source_read
     writes nothing and asks the server nothing. A claim deleted before the next tick is in the first
     snapshot only: the Prometheus source reads both snapshots with their times, and staging ends the claim
     at the second (stg_dra_allocations run on the rows read)."""
-    from metering.k8s_objects import snapshot_files
-    from pipelines.definitions import build_definitions
-    from pipelines.k8s_snapshots import SNAPSHOT_JOB, SNAPSHOT_SCHEDULE
+    from gpumeter.ingest.k8s_objects import snapshot_files
+    from gpumeter.pipelines.definitions import build_definitions
+    from gpumeter.pipelines.k8s_snapshots import SNAPSHOT_JOB, SNAPSHOT_SCHEDULE
 
     snapshots = tmp_path / "snapshots"
     snapshots.mkdir()
@@ -327,7 +328,7 @@ def test_the_snapshot_job_keeps_timed_snapshots_idempotently_and_the_source_read
     con.execute("set variable cluster = 'k8s'")
     con.register("raw_dra_allocations", raw.dra_allocations)
     con.register("raw_dra_devices", raw.dra_devices)
-    staging = Path(__file__).resolve().parent.parent / "sql" / "staging"
+    staging = Path(str(SQL_DIR)) / "staging"
     for model in ("stg_dra_object_spans", "stg_dra_allocations"):
         con.execute(f"create view {model} as {(staging / f'{model}.sql').read_text()}")
     spans = {
@@ -339,8 +340,8 @@ def test_the_snapshot_job_keeps_timed_snapshots_idempotently_and_the_source_read
 
 
 def test_the_snapshot_job_needs_its_folder_and_says_so(api: ApiServer, tmp_path: Path) -> None:
-    from pipelines.definitions import build_definitions
-    from pipelines.k8s_snapshots import SNAPSHOT_JOB
+    from gpumeter.pipelines.definitions import build_definitions
+    from gpumeter.pipelines.k8s_snapshots import SNAPSHOT_JOB
 
     missing = tmp_path / "snapshots"
     defs = build_definitions(
@@ -367,8 +368,8 @@ def test_a_missing_snapshot_folder_stops_the_source_naming_it(tmp_path: Path) ->
 
 
 def test_without_snapshot_settings_no_snapshot_job_is_defined(tmp_path: Path) -> None:
-    from pipelines.definitions import build_definitions
-    from pipelines.k8s_snapshots import SNAPSHOT_JOB
+    from gpumeter.pipelines.definitions import build_definitions
+    from gpumeter.pipelines.k8s_snapshots import SNAPSHOT_JOB
 
     config = _snapshot_config(tmp_path, tmp_path / "kubeconfig", tmp_path)
     config.write_text(config.read_text().replace(f', "k8s_snapshots_dir": "{tmp_path}"', ""))

@@ -10,18 +10,18 @@ from pathlib import Path
 
 import pytest
 
-from metering import simulator
-from metering.k8s_objects import (
+from gpumeter.ingest.k8s_objects import (
     K8sObjectError,
     load_k8s_json,
     parse_resource_claims,
     parse_resource_slices,
     read_kept_snapshots,
     snapshot_days,
-    snapshot_file_name,
     snapshot_files,
 )
-from metering.schema import RAW_DRA_ALLOCATIONS_SCHEMA, RAW_DRA_DEVICES_SCHEMA
+from gpumeter.ingest.schema import RAW_DRA_ALLOCATIONS_SCHEMA, RAW_DRA_DEVICES_SCHEMA
+from gpumeter.storage.paths import snapshot_name
+from gpumeter_sim import factory as simulator
 
 
 def claim(name: str = "c1", pods: list[tuple[str, str]] | None = None, **result_overrides) -> dict:
@@ -234,7 +234,7 @@ def test_snapshot_files_of_a_day_folder_oldest_first(tmp_path):
         ("resourceslices-20261101T100000Z.json", "resourceslices", ten),
         ("resourceclaims-20261101T100000.123Z.json", "resourceclaims", ten + 123),
     ]
-    assert snapshot_file_name("resourceclaims", ten + 123) == "resourceclaims-20261101T100000.123Z.json"
+    assert snapshot_name("resourceclaims", ten + 123) == "resourceclaims-20261101T100000.123Z.json"
     (tmp_path / "resourceclaims-yesterday.json").write_text("{}")
     with pytest.raises(K8sObjectError, match=r"resourceclaims-yesterday\.json: not a snapshot name"):
         snapshot_files(tmp_path)

@@ -25,10 +25,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_rules import H100, IDLE, UNALLOCATED, D, charges, factory, holder, make_config, meter, rows
 
-from metering import simulator
-from metering.accounting import meter_day
-from metering.config import parse_config
-from metering.sources import ParquetRawSource
+from gpumeter.config import EXAMPLE_CONFIG, parse_config
+from gpumeter.ingest.parquet import ParquetRawSource
+from gpumeter.models.runner import meter_day
+from gpumeter_sim import factory as simulator
 from tests.builders import FactoryBuilder
 
 RESERVATION = ("kai-resource-reservation", "gpu-reservation-n1-x7k2p", "main")
@@ -146,7 +146,7 @@ def test_the_simulated_kai_gpu_is_billed_to_its_running_fractional_pods(tmp_path
     day = spec.day_list[1]
     simulator.write_parquet(spec, tmp_path)
     raw = ParquetRawSource(tmp_path).fetch_day(spec.cluster, day, 600_000)
-    doc = yaml.safe_load((Path(__file__).parents[1] / "examples" / "demo-config.yaml").read_text())
+    doc = yaml.safe_load(EXAMPLE_CONFIG.read_text())
     doc.update(scrape_interval_seconds=300, share=share)
     doc["clusters"][0]["source"]["path"] = str(tmp_path)
     out = meter_day(raw, parse_config(yaml.safe_dump(doc)), spec.cluster, day)

@@ -14,15 +14,17 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from metering import simulator
-from metering.accounting import load_models
-from metering.cli import write_demo_config
-from metering.config import ConfigError, load_config, parse_config
-from metering.invoices import Period
-from metering.periods import exports_dir, stored_lines
-from metering.views import Filters, Views, local_viewer
-from metering.warehouse import MARTS, RAW, Warehouse, WarehouseError
-from pipelines.launch import invoice_month, meter_days
+from gpumeter.billing.invoices import Period
+from gpumeter.billing.periods import exports_dir, stored_lines
+from gpumeter.cli.main import write_demo_config
+from gpumeter.config import ConfigError, load_config, parse_config
+from gpumeter.models.project import load_models
+from gpumeter.pipelines.launch import invoice_month, meter_days
+from gpumeter.storage.files import WarehouseError
+from gpumeter.storage.paths import MARTS, RAW
+from gpumeter.storage.warehouse import Warehouse
+from gpumeter.views.scoped import Filters, Views, local_viewer
+from gpumeter_sim import factory as simulator
 
 moto_server = pytest.importorskip("moto.server")
 s3fs = pytest.importorskip("s3fs")

@@ -19,11 +19,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_invoices import DEC, config, daily
 
-from metering import periods
-from metering.invoices import Period, round_money
-from metering.runner import export_month, roll_up_month
-from metering.warehouse import MARTS, Warehouse
-from pipelines import checks
+from gpumeter.billing import adjustments, periods
+from gpumeter.billing.invoices import Period, round_money
+from gpumeter.billing.month import export_month, roll_up_month
+from gpumeter.pipelines import checks
+from gpumeter.storage import paths
+from gpumeter.storage.paths import MARTS
+from gpumeter.storage.warehouse import Warehouse
 
 NOV, DECEMBER, JAN = Period.parse("2026-11"), Period.parse("2026-12"), Period.parse("2027-01")
 D_NOV = date(2026, 11, 30)
@@ -204,10 +206,10 @@ def test_close_without_lines_says_what_to_run(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_close_then_late_samples_end_to_end(tmp_path: Path) -> None:
-    from metering import simulator
-    from metering.cli import main, write_demo_config
-    from metering.config import load_config
-    from pipelines.launch import invoice_month, meter_days
+    from gpumeter.cli.main import main, write_demo_config
+    from gpumeter.config import load_config
+    from gpumeter.pipelines.launch import invoice_month, meter_days
+    from gpumeter_sim import factory as simulator
 
     spec = simulator.FactorySpec(**{**simulator.demo_spec().__dict__, "days": 1, "start": D_NOV})
     simulator.write_parquet(spec, tmp_path / "source")
@@ -260,7 +262,7 @@ def test_cli_close_reopen_and_invoices(
 ) -> None:
     from test_invoices import CONFIG
 
-    from metering.cli import main
+    from gpumeter.cli.main import main
 
     config_path = tmp_path / "config.yaml"
     config_path.write_text(
@@ -418,7 +420,7 @@ def test_a_correction_that_rounds_up_is_billed_r12(nov_10_004: Warehouse) -> Non
     out = periods.exports_dir(wh, "2026-12")
     csv_text = (out / "invoice_lines_2026-12_all.csv").read_text()
     assert ",adjustment,H100-80GB,,0.0005,0.0005,4,0.01,USD,2026-11,reserved" in csv_text
-    focus_text = periods.focus_path(out, "2026-12").read_text()
+    focus_text = (out / paths.focus_csv_name("2026-12")).read_text()
     assert validate_focus_csv(focus_text) == []
     [row] = [r for r in csv.DictReader(io.StringIO(focus_text)) if r["ChargeClass"] == "Correction"]
     assert (row["BilledCost"], row["ListCost"], row["x_AmountUnrounded"]) == ("0.01", "0.01", "0.002")
@@ -505,7 +507,7 @@ def test_what_moves_hours_is_a_line_what_rounds_to_nothing_is_not(nov_10_004: Wa
     _store(wh, D_NOV, [_training("9003.6", "10.003"), IDLE_2])
     summary = roll_up_month(config(), wh, "2026-12")
     assert _adjustments(wh, DECEMBER) == []
-    [found] = periods.corrections(config(), wh, DECEMBER, lambda t, d: wh.read_days(MARTS, t, d))
+    [found] = adjustments.corrections(config(), wh, DECEMBER, lambda t, d: wh.read_days(MARTS, t, d))
     assert found.unbilled == Decimal("-0.001") and found.pool_delta == Decimal(0) and found.billed_delta == 0
     assert summary.reconciliation.ok  # December against its own 4.00: nothing of November is billed
     # The invoice check sees the same: no line bills anything, and the exact change under half a cent has

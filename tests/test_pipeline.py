@@ -9,14 +9,15 @@ import pyarrow.parquet as pq
 import pytest
 from dagster import AssetKey, DagsterInstance, build_schedule_context
 
-from metering import simulator
-from metering.cli import write_demo_config
-from metering.config import load_config
-from metering.runner import RunFailed, invoice_lines_path
-from metering.warehouse import MARTS, Warehouse
-from pipelines.definitions import INVOICE_MONTH_JOB, METER_DAY_JOB, build_definitions
-from pipelines.launch import QUIET, invoice_month, meter_days
-from pipelines.partitions import cluster_day_key
+from gpumeter.billing.periods import invoice_lines_path
+from gpumeter.cli.main import write_demo_config
+from gpumeter.config import load_config
+from gpumeter.pipelines.definitions import INVOICE_MONTH_JOB, METER_DAY_JOB, build_definitions
+from gpumeter.pipelines.launch import QUIET, RunFailed, invoice_month, meter_days
+from gpumeter.pipelines.partitions import cluster_day_key
+from gpumeter.storage.paths import MARTS
+from gpumeter.storage.warehouse import Warehouse
+from gpumeter_sim import factory as simulator
 
 pytestmark = pytest.mark.slow
 
@@ -191,7 +192,7 @@ def test_schedules_take_the_previous_complete_day_and_month(demo_dir: Path) -> N
 
 
 def test_code_location_loads_as_dagster_dev_loads_it(tmp_path: Path) -> None:
-    """`dagster dev -m pipelines.definitions` loads the same module; validate it the same way."""
+    """`dagster dev -m gpumeter.pipelines.definitions` loads the same module; validate it the same way."""
     import os
     import subprocess
     import sys
@@ -199,7 +200,7 @@ def test_code_location_loads_as_dagster_dev_loads_it(tmp_path: Path) -> None:
     dagster = Path(sys.executable).parent / "dagster"
     env = {**os.environ, "DAGSTER_HOME": str(tmp_path)}
     run = subprocess.run(
-        [str(dagster), "definitions", "validate", "-m", "pipelines.definitions"],
+        [str(dagster), "definitions", "validate", "-m", "gpumeter.pipelines.definitions"],
         capture_output=True,
         text=True,
         env=env,

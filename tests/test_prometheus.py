@@ -20,14 +20,14 @@ import pyarrow as pa
 import pytest
 from prometheus_fixtures import FaultServer, Reply, Sample, matrix_body, sample, write_openmetrics
 
-from metering import promserver
-from metering.accounting import day_bounds_ms
-from metering.config import PrometheusSource
-from metering.k8s_objects import load_k8s_json, parse_resource_claims, parse_resource_slices
-from metering.prometheus import PrometheusRawSource, parse_timestamp_ms
-from metering.promserver import PrometheusServer, backfill
-from metering.schema import RAW_DCGM_SCHEMA, RAW_KUBE_SCHEMA
-from metering.sources import ParquetRawSource, SourceError, concat_parts
+from gpumeter.config import PrometheusSource
+from gpumeter.ingest.contract import SourceError, concat_parts, day_bounds_ms
+from gpumeter.ingest.k8s_objects import load_k8s_json, parse_resource_claims, parse_resource_slices
+from gpumeter.ingest.parquet import ParquetRawSource
+from gpumeter.ingest.prometheus import PrometheusRawSource, parse_timestamp_ms
+from gpumeter.ingest.schema import RAW_DCGM_SCHEMA, RAW_KUBE_SCHEMA
+from gpumeter_sim import promserver
+from gpumeter_sim.promserver import PrometheusServer, backfill
 
 if not promserver.binaries_available():  # CI installs it (.ci/run); say what to do anywhere else
     pytest.skip(
@@ -370,7 +370,8 @@ def test_selector_is_added_to_every_query(prom: PrometheusServer) -> None:
 def test_prometheus_path_equals_parquet_path_on_the_simulated_factory(tmp_path: Path) -> None:
     """Simulate two days, write them as Parquet (the parquet source) and as OpenMetrics into a real
     Prometheus; the second day with its lookback must come out of both sources identical."""
-    from metering import openmetrics, simulator
+    from gpumeter_sim import factory as simulator
+    from gpumeter_sim import openmetrics
 
     spec = simulator.FactorySpec(
         cluster="sim",
@@ -460,7 +461,7 @@ def _pulled_part(dcgm: pa.Table, pull_start: int) -> pa.Table:
     down"): the fields the accounting reads (schema.DCGM_METRICS), and XID_ERRORS only in the hourly
     windows (chunk_seconds from the pull's start) where that series has some value != 0 — derived here
     from the rows themselves."""
-    from metering.schema import DCGM_METRICS, DCGM_XID
+    from gpumeter.ingest.schema import DCGM_METRICS, DCGM_XID
 
     rows = dcgm.to_pylist()
     series_of = [tuple((k, v) for k, v in row.items() if k not in ("ts_ms", "value")) for row in rows]

@@ -23,13 +23,12 @@ import pyarrow.compute as pc
 import pytest
 from prometheus_fixtures import Sample, needs_prometheus, sample, write_openmetrics
 
-from metering import openmetrics
-from metering.accounting import day_bounds_ms
-from metering.config import PrometheusSource
-from metering.prometheus import PrometheusRawSource
-from metering.promserver import PrometheusServer, backfill
-from metering.schema import RAW_KUBE_SCHEMA
-from metering.sources import concat_parts
+from gpumeter.config import PrometheusSource
+from gpumeter.ingest.contract import concat_parts, day_bounds_ms
+from gpumeter.ingest.prometheus import PrometheusRawSource
+from gpumeter.ingest.schema import RAW_KUBE_SCHEMA
+from gpumeter_sim import openmetrics
+from gpumeter_sim.promserver import PrometheusServer, backfill
 
 pytestmark = needs_prometheus
 

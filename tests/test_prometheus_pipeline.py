@@ -23,13 +23,16 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from metering import cli, simulator
-from metering.cli import write_demo_config, write_demo_k8s_objects, write_prometheus_demo_config
-from metering.config import load_config
-from metering.promserver import PrometheusServer, backfill
-from metering.runner import RunFailed, exports_dir, invoice_lines_path, read_mart
-from metering.warehouse import MARTS, Warehouse
-from pipelines.launch import invoice_month, meter_days
+from gpumeter.billing.month import read_mart
+from gpumeter.billing.periods import exports_dir, invoice_lines_path
+from gpumeter.cli import main as cli
+from gpumeter.cli.main import write_demo_config, write_demo_k8s_objects, write_prometheus_demo_config
+from gpumeter.config import load_config
+from gpumeter.pipelines.launch import RunFailed, invoice_month, meter_days
+from gpumeter.storage.paths import MARTS
+from gpumeter.storage.warehouse import Warehouse
+from gpumeter_sim import factory as simulator
+from gpumeter_sim.promserver import PrometheusServer, backfill
 from tests.prometheus_fixtures import needs_prometheus
 
 pytestmark = [pytest.mark.slow, needs_prometheus]
@@ -256,7 +259,7 @@ def test_demo_help_says_the_prometheus_default(capsys: pytest.CaptureFixture[str
     assert "with --prometheus: 1" in text
 
 
-def test_prometheus_demo_config_replaces_only_the_source_block(tmp_path: Path) -> None:
+def test_prometheus_demo_config_replaces_only_the_source(tmp_path: Path) -> None:
     path = write_prometheus_demo_config(
         tmp_path,
         "http://127.0.0.1:9",
@@ -264,17 +267,31 @@ def test_prometheus_demo_config_replaces_only_the_source_block(tmp_path: Path) -
         slices_file=tmp_path / "k8s" / "resourceslices.json",
     )
     text = path.read_text(encoding="utf-8")
-    example = cli.DEMO_CONFIG.read_text(encoding="utf-8")
     assert "kind: parquet" not in text and "kind: prometheus" in text
-    # Everything after the clusters (rate card, tenants, policies) is the example's, comments included.
-    tail = example[example.index("rate_card:") : example.index("warehouse:")]
-    assert tail in text
     config = load_config(path)
+    # Everything but the cluster's source (rate card, tenants, policies, warehouse) is the example's, as the
+    # demo writes it beside its warehouse.
+    example = load_config(write_demo_config(tmp_path / "example"))
+    assert config.model_dump(exclude={"clusters", "warehouse"}) == example.model_dump(
+        exclude={"clusters", "warehouse"}
+    )
+    assert config.clusters[0].model_dump(exclude={"source"}) == example.clusters[0].model_dump(
+        exclude={"source"}
+    )
     assert config.scrape_interval_seconds == 30  # unchanged unless asked
     source = config.clusters[0].source
     assert source.url == "http://127.0.0.1:9"
+    assert source.selector == 'cluster="demo"'
     assert source.claims_file == str((tmp_path / "k8s" / "resourceclaims.json").resolve())
     assert config.warehouse.path == str((tmp_path / "warehouse").resolve())
+    again = write_prometheus_demo_config(
+        tmp_path / "again",
+        "http://127.0.0.1:9",
+        claims_file=tmp_path / "k8s" / "resourceclaims.json",
+        slices_file=tmp_path / "k8s" / "resourceslices.json",
+        scrape_interval_s=60,
+    )
+    assert load_config(again).scrape_interval_seconds == 60
 
 
 def test_demo_k8s_objects_hold_every_claim_once(tmp_path: Path) -> None:

@@ -23,11 +23,11 @@ import pytest
 import yaml
 from prometheus_fixtures import Sample, needs_prometheus, sample, write_openmetrics
 
-from metering.accounting import day_bounds_ms
-from metering.config import ConfigError, PrometheusSource, parse_config
-from metering.prometheus import PrometheusRawSource
-from metering.promserver import PrometheusServer, backfill
-from metering.schema import DCGM_GPU_UTIL, DCGM_XID
+from gpumeter.config import ConfigError, PrometheusSource, parse_config
+from gpumeter.ingest.contract import day_bounds_ms
+from gpumeter.ingest.prometheus import PrometheusRawSource
+from gpumeter.ingest.schema import DCGM_GPU_UTIL, DCGM_XID
+from gpumeter_sim.promserver import PrometheusServer, backfill
 
 pytestmark = needs_prometheus
 
@@ -254,7 +254,7 @@ def test_pull_knobs_are_validated_config_fields() -> None:
 
 
 def test_the_resource_passes_the_knobs_to_the_source(tmp_path: Path) -> None:
-    from pipelines.resources import PrometheusResource
+    from gpumeter.pipelines.resources import PrometheusResource
 
     source = PrometheusResource(url="http://x", chunk_seconds=900, pushdown=False).raw_source("c")
     assert isinstance(source, PrometheusRawSource)

@@ -9,16 +9,16 @@ import pyarrow as pa
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from metering import simulator
-from metering.accounting import RawDay, lookback_ms, meter_day
-from metering.cli import DEMO_CONFIG
-from metering.config import parse_config
-from metering.k8s_objects import parse_resource_claims, parse_resource_slices
+from gpumeter.config import EXAMPLE_CONFIG, parse_config
+from gpumeter.ingest.contract import RawDay, lookback_ms
+from gpumeter.ingest.k8s_objects import parse_resource_claims, parse_resource_slices
+from gpumeter.models.runner import meter_day
+from gpumeter_sim import factory as simulator
 
 DAY = date(2026, 11, 1)
 BASE_CONFIG = parse_config(
-    DEMO_CONFIG.read_text()
-    .replace("../.gpumeter/demo/source", "/nonexistent")
+    EXAMPLE_CONFIG.read_text()
+    .replace("path: source", "path: /nonexistent")
     .replace("name: demo", "name: prop")
 )
 PROPERTY_SETTINGS = settings(
@@ -189,7 +189,7 @@ def test_conservation_under_every_tariff_idle_policy_and_energy_price_r13(
     """R13 for every tariff × idle policy × energy price (docs/tariffs.md): Σ lines = pool cost exactly; the
     pool's GPU-time cost does not depend on the tariff; proportional leaves no __idle__ on a model whose
     holders were charged; energy lines exist only with an energy price."""
-    from metering.config import Hybrid
+    from gpumeter.config import Hybrid
 
     base = config_for(spec, idle_policy)
     hybrid = Hybrid(reserved_fraction=reserved_millionths / 1_000_000) if tariff == "hybrid" else None

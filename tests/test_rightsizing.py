@@ -1,4 +1,4 @@
-"""MIG right-sizing (metering/rightsizing.py): the smallest profile of the GPU's catalog family (R3) that fits
+"""MIG right-sizing (gpumeter/views/rightsizing.py): the smallest profile of the GPU's catalog family (R3) that fits
 the observed peaks, priced with the rate card (R8). Expected values are worked by hand."""
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from metering.catalog import BUILTIN_MIG_CATALOG
-from metering.config import Config, parse_config
-from metering.rightsizing import MIB_PER_GB, HolderPeak, advise, holder_peaks, smallest_fitting_profile
+from gpumeter.config import Config, parse_config
+from gpumeter.models.catalog import BUILTIN_MIG_CATALOG
+from gpumeter.views.rightsizing import MIB_PER_GB, HolderPeak, advise, holder_peaks, smallest_fitting_profile
 
 H100 = "NVIDIA H100 80GB HBM3"
 CONFIG = """

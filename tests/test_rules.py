@@ -1,4 +1,4 @@
-"""Hand-computed cases, one or a few per accounting rule of METERING_SPEC.md (cited as `R<n>`).
+"""Hand-computed cases, one or a few per accounting rule of docs/rules.md (cited as `R<n>`).
 
 Unless a test says otherwise: Δ = 60 s, so one sample is 1/60 h; H100 costs 3.60/GPU-hour (0.06 a sample),
 A100-80GB 4.20/GPU-hour (0.07 a sample, so a 1/7 MIG slice is 0.01 a sample). Tenants: `team-a` owns
@@ -17,9 +17,10 @@ import pyarrow as pa
 import pytest
 import yaml
 
-from metering.accounting import AccountingError, meter_day
-from metering.catalog import CatalogWarning
-from metering.config import IDLE, UNALLOCATED, Config, parse_config
+from gpumeter.config import IDLE, UNALLOCATED, Config, parse_config
+from gpumeter.models.catalog import CatalogWarning
+from gpumeter.models.project import AccountingError
+from gpumeter.models.runner import meter_day
 from tests.builders import FactoryBuilder
 
 DAY = date(2026, 11, 1)

@@ -32,14 +32,16 @@ from dagster import (
     execute_job,
 )
 
-from metering import simulator
-from metering.cli import write_demo_config
-from metering.config import load_config
-from metering.runner import RunFailed
-from metering.warehouse import LOCK_TIMEOUT_ENV, MARTS, Warehouse, WarehouseError
-from pipelines.definitions import METER_DAY_JOB, build_definitions
-from pipelines.launch import meter_days
-from pipelines.partitions import cluster_day_key
+from gpumeter.cli.main import write_demo_config
+from gpumeter.config import load_config
+from gpumeter.pipelines.definitions import METER_DAY_JOB, build_definitions
+from gpumeter.pipelines.launch import RunFailed, meter_days
+from gpumeter.pipelines.partitions import cluster_day_key
+from gpumeter.storage.files import WarehouseError
+from gpumeter.storage.locks import LOCK_TIMEOUT_ENV
+from gpumeter.storage.paths import MARTS
+from gpumeter.storage.warehouse import Warehouse
+from gpumeter_sim import factory as simulator
 
 pytestmark = pytest.mark.slow
 

@@ -19,17 +19,15 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from metering import openmetrics, simulator
-from metering.k8s_objects import (
+from gpumeter.ingest.k8s_objects import (
     load_k8s_json,
     parse_resource_claims,
     parse_resource_slices,
     read_snapshots,
     snapshot_day_folder,
-    snapshot_file_name,
     snapshot_files,
 )
-from metering.schema import (
+from gpumeter.ingest.schema import (
     DCGM_ENERGY,
     DCGM_GPU_UTIL,
     DCGM_GR_ENGINE_ACTIVE,
@@ -37,6 +35,9 @@ from metering.schema import (
     RAW_DCGM_SCHEMA,
     RAW_KUBE_SCHEMA,
 )
+from gpumeter.storage.paths import snapshot_name
+from gpumeter_sim import factory as simulator
+from gpumeter_sim import openmetrics
 
 DEMO = simulator.demo_spec()
 DAY0, DAY1, DAY2, DAY3 = DEMO.day_list[:4]  # ordinary, outage and the changing pool, XID, energy reset
@@ -130,7 +131,7 @@ def test_a_day_alone_equals_the_day_within_a_run(tmp_path, spec):
         ):
             assert len(snapshots) == 86400 // spec.dra_snapshots_s
             for taken_ms, doc in snapshots:
-                assert load_k8s_json(k8s / snapshot_file_name(kind, taken_ms)) == doc
+                assert load_k8s_json(k8s / snapshot_name(kind, taken_ms)) == doc
 
 
 def test_seed_changes_the_factory():

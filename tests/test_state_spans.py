@@ -19,7 +19,9 @@ import duckdb
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-SQL = Path(__file__).resolve().parent.parent / "sql" / "intermediate"
+from gpumeter.models.project import SQL_DIR
+
+SQL = Path(str(SQL_DIR)) / "intermediate"
 LOOKBACK_MS = 300_000
 SETTINGS = settings(
     max_examples=int(os.environ.get("GPUMETER_PROPERTY_EXAMPLES", "8")) * 5,

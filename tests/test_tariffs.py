@@ -17,8 +17,8 @@ from typing import Any
 
 import pytest
 
-from metering.config import IDLE, ConfigError, parse_config
-from metering.invoices import Period, build_invoice_lines
+from gpumeter.billing.invoices import Period, build_invoice_lines
+from gpumeter.config import IDLE, ConfigError, parse_config
 from tests.test_rules import (
     A100,
     H100,

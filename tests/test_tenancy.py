@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from metering.config import UNALLOCATED, Config, PodLabelRule
-from metering.tenancy import VCLUSTER_LABEL, resolve_tenant
+from gpumeter.config import UNALLOCATED, Config, PodLabelRule
+from gpumeter.models.tenancy import VCLUSTER_LABEL, resolve_tenant
 
 VC = VCLUSTER_LABEL
 

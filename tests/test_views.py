@@ -1,4 +1,4 @@
-"""metering/views.py: the dashboard's data layer. Figures equal the marts read independently from the Parquet
+"""gpumeter/views/scoped.py: the dashboard's data layer. Figures equal the marts read independently from the Parquet
 files with polars; a tenant viewer never reaches another tenant's rows through any filter value."""
 
 from __future__ import annotations
@@ -15,13 +15,15 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from metering import simulator
-from metering.cli import write_demo_config
-from metering.config import IDLE, UNALLOCATED, Config, ConfigError, load_config, parse_config
-from metering.focus import focus_csv
-from metering.invoices import Period, invoice_csv
-from metering.periods import close_period, invoice_lines_path
-from metering.views import (
+from gpumeter.billing.focus import focus_csv
+from gpumeter.billing.invoices import Period, invoice_csv
+from gpumeter.billing.periods import close_period, invoice_lines_path
+from gpumeter.cli.main import write_demo_config
+from gpumeter.config import IDLE, UNALLOCATED, Config, ConfigError, load_config, parse_config
+from gpumeter.pipelines.launch import invoice_month, meter_days
+from gpumeter.storage.paths import MARTS
+from gpumeter.storage.warehouse import Warehouse
+from gpumeter.views.scoped import (
     AccessDenied,
     Filters,
     Viewer,
@@ -31,8 +33,7 @@ from metering.views import (
     local_viewer,
     viewer_for_identity,
 )
-from metering.warehouse import MARTS, Warehouse
-from pipelines.launch import invoice_month, meter_days
+from gpumeter_sim import factory as simulator
 
 pytestmark = pytest.mark.slow
 

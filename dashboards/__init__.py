@@ -1,1 +1,0 @@
-"""The Streamlit finance and ops dashboard (its own issue): reads the warehouse marts, never the pipeline."""

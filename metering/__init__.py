@@ -1,1 +1,0 @@
-"""gpumeter: GPU metering and chargeback for shared Kubernetes GPU pools."""

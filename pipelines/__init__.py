@@ -1,1 +1,0 @@
-"""Dagster definitions: thin shells over metering/."""

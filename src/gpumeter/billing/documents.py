@@ -1,0 +1,70 @@
+"""The invoice a person reads: one self-contained HTML file per tenant and period (R14, R16).
+
+Rendered with Jinja2 and autoescaping on, so that a tenant, cost center or model name is shown as text,
+never as markup."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+from typing import TYPE_CHECKING
+
+import pyarrow as pa
+from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
+
+from gpumeter.billing.invoices import ADJUSTMENT, Period, invoice_id, iso_utc, tenant_lines
+from gpumeter.config import Config
+
+if TYPE_CHECKING:
+    from gpumeter.billing.status import Status
+
+_ENV = Environment(
+    loader=PackageLoader("gpumeter.billing", "templates"),
+    autoescape=select_autoescape(["html", "j2"], default=True),
+    undefined=StrictUndefined,
+    keep_trailing_newline=True,
+)
+
+
+def _hours(value: Decimal) -> str:
+    return f"{value:,.3f}"
+
+
+def render_invoice(lines: pa.Table, config: Config, period: Period, tenant: str, status: Status) -> str:
+    minor = config.minor_unit
+    money = f"{{:,.{minor}f}}"
+    rows = tenant_lines(lines, tenant).to_pylist()
+
+    def shown(row: dict) -> dict:
+        return {
+            **row,
+            "device_hours": _hours(row["device_hours"]),
+            "gpu_hours": _hours(row["gpu_hours"]),
+            "unit_price": money.format(row["unit_price"]),
+            "amount": money.format(row["amount"]),
+        }
+
+    usage = [r for r in rows if r["charge_type"] != ADJUSTMENT]
+    adjustments = [r for r in rows if r["charge_type"] == ADJUSTMENT]
+    total = sum((r["amount"] for r in rows), Decimal(0))  # R12: totals are sums of rounded lines
+    cost_center = next((r["cost_center"] for r in rows if r["cost_center"]), "")
+    return _ENV.get_template("invoice.html.j2").render(
+        invoice_id=invoice_id(period, tenant),
+        tenant=tenant,
+        cost_center=cost_center,
+        pool=config.pool,
+        period=str(period),
+        period_start=iso_utc(period.start),
+        period_end=iso_utc(period.end),
+        currency=config.currency,
+        closed=status.closed,
+        status_word="closed" if status.closed else "draft",
+        closed_at=status.closed_at,
+        closed_by=status.closed_by,
+        content_hash=status.content_hash,
+        usage=[shown(r) for r in usage],
+        adjustments=[shown(r) for r in adjustments],
+        usage_total=money.format(sum((r["amount"] for r in usage), Decimal(0))),
+        adjustment_total=money.format(sum((r["amount"] for r in adjustments), Decimal(0))),
+        total=money.format(total),
+        line_count=len(rows),
+    )

@@ -1,0 +1,1 @@
+"""The `gpumeter` command line: a thin shell over the pipelines and views."""

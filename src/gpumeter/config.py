@@ -1,0 +1,772 @@
+"""Configuration: one YAML file, validated by pydantic. docs/config.md explains every field."""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+import re
+from collections.abc import Iterable
+from importlib.resources import files
+from importlib.resources.abc import Traversable
+from pathlib import Path
+from typing import Annotated, Any, ClassVar, Literal
+
+import iso4217
+import yaml
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
+
+# Where a config comes from when none is named: $GPUMETER_CONFIG, else the demo's (`gpumeter demo` writes it),
+# else the example shipped in the package.
+CONFIG_ENV = "GPUMETER_CONFIG"
+DEMO_DIR = Path(".gpumeter") / "demo"
+EXAMPLE_CONFIG: Traversable = files("gpumeter.examples") / "demo-config.yaml"
+
+RESERVED_BUCKETS = ("__idle__", "__unallocated__")
+IDLE = "__idle__"
+UNALLOCATED = "__unallocated__"
+
+
+def tenant_slug(name: str) -> str:
+    """How a tenant name reads on invoices (the readable part of its invoice id): capitals, every run of
+    other characters one `-`. `team-a`, `team.a` and `TEAM_A` all read TEAM-A; `__idle__` reads IDLE."""
+    return re.sub(r"[^A-Za-z0-9]+", "-", name).strip("-").upper()
+
+
+# A tenant whose name reads like a bucket's would be taken for it on an invoice (`idle` for __idle__).
+_BUCKET_SLUGS = {tenant_slug(bucket): bucket for bucket in RESERVED_BUCKETS}
+
+# R12 rounds to the currency's minor unit. The ISO 4217 list comes from the `iso4217` package, which ships
+# the maintenance agency's own published table (a hand-written table goes stale and missed XOF, IQD, ...).
+ISO_4217_PUBLISHED = iso4217.__published__
+
+
+def iso_minor_unit(code: str) -> int | None:
+    """ISO 4217 minor unit of `code`; None for a code without one (gold XAU, the test code XTS, ...).
+    KeyError for a code that is not on the list."""
+    try:
+        return iso4217.Currency(code).exponent
+    except ValueError:
+        raise KeyError(code) from None
+
+
+_LABEL_KEY = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
+_MIG_PROFILE = re.compile(r"^(\d+)g\.(\d+)gb(\+me)?$")
+
+
+class ConfigError(ValueError):
+    """A configuration problem. `problems` lists each one as (place, message)."""
+
+    def __init__(self, source: str, problems: list[tuple[str, str]]):
+        self.source = source
+        self.problems = problems
+        lines = [f"{source}: {place}: {msg}" if place else f"{source}: {msg}" for place, msg in problems]
+        super().__init__("\n".join(lines))
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ParquetSource(_Model):
+    """Raw samples already in the raw-samples schema (the simulator's output, or an earlier pull)."""
+
+    kind: Literal["parquet"] = "parquet"
+    path: str = Field(description="Directory holding raw_dcgm_samples/, raw_kube_samples/ and k8s/.")
+
+
+class PrometheusSource(_Model):
+    """Any PromQL API: Prometheus, Thanos, Mimir, VictoriaMetrics."""
+
+    kind: Literal["prometheus"] = "prometheus"
+    url: str
+    bearer_token_env: str | None = Field(None, description="Name of an environment variable holding a token.")
+    headers_env: str | None = Field(None, description="Environment variable holding extra headers as JSON.")
+    verify_tls: bool = True
+    timeout_seconds: float = Field(60.0, gt=0)
+    retries: int = Field(3, ge=0, le=20)
+    max_concurrent_queries: int = Field(4, ge=1, le=64)
+    selector: str | None = Field(None, description='Added to every query, e.g. cluster="prod-a".')
+    replica_labels: list[str] = Field(default_factory=lambda: ["prometheus_replica", "replica"])
+    claims_file: str | None = Field(None, description="`kubectl get resourceclaims -A -o json` output.")
+    slices_file: str | None = Field(None, description="`kubectl get resourceslices -A -o json` output.")
+    kubeconfig: str | None = None
+    k8s_snapshots_dir: str | None = Field(
+        None,
+        description="Folder of timed DRA snapshots (cluster=<c>/day=<d>/resourceclaims-<time>.json, ...), kept "
+        "by the snapshot_k8s_objects job from `kubeconfig` and read for each day (R5).",
+    )
+    chunk_seconds: int = Field(3600, ge=1, le=7 * 86_400, description="Length of one pull window (R1).")
+    min_chunk_seconds: int = Field(60, ge=1, description="Smallest window when the server says too large.")
+    dedupe_bucket_seconds: int = Field(
+        3600, ge=1, description="The pull's part size (one part is held in memory at a time); divides a day."
+    )
+    pushdown: bool = Field(True, description="Ask aggregates first where that stays exact (XID errors).")
+
+    # One PromQL label matcher: name, operator, a quoted value whose only escapes are backslash pairs, so
+    # the value can never close its quotes early (no PromQL injection through `selector`).
+    _MATCHER: ClassVar[re.Pattern[str]] = re.compile(
+        r'\s*([A-Za-z_][A-Za-z0-9_]*)\s*(=~|!~|!=|=)\s*"((?:[^"\\\n]|\\.)*)"\s*(?:,|$)'
+    )
+
+    @field_validator("selector")
+    @classmethod
+    def _label_matchers(cls, value: str | None) -> str | None:
+        """The selector as label matchers `name op "value"` (ops = != =~ !~), braces optional; re-rendered
+        canonically so that nothing but matchers ever reaches a query."""
+        if value is None or not value.strip():
+            return None
+        text = value.strip()
+        if text.startswith("{") and text.endswith("}"):
+            text = text[1:-1]
+        text = text.strip().rstrip(",")
+        matchers, pos = [], 0
+        while pos < len(text):
+            found = cls._MATCHER.match(text, pos)
+            if found is None or found.end() == pos:
+                raise ValueError(
+                    f"selector {value!r} is not a list of label matchers at {text[pos:][:30]!r}: write "
+                    'name="value" pairs separated by commas (operators = != =~ !~), e.g. cluster="prod-a"'
+                )
+            name, op, quoted = found.group(1), found.group(2), found.group(3)
+            if name == "__name__":
+                raise ValueError(f"selector {value!r} may not match __name__: gpumeter chooses the metrics")
+            matchers.append(f'{name}{op}"{quoted}"')
+            pos = found.end()
+        return ",".join(matchers) or None
+
+    @model_validator(mode="after")
+    def _windows(self) -> PrometheusSource:
+        if self.min_chunk_seconds > self.chunk_seconds:
+            raise ValueError(
+                f"min_chunk_seconds ({self.min_chunk_seconds}) must not exceed chunk_seconds ({self.chunk_seconds})"
+            )
+        if 86_400 % self.dedupe_bucket_seconds:
+            raise ValueError(
+                f"dedupe_bucket_seconds ({self.dedupe_bucket_seconds}) must divide a day (86400), so that "
+                "each day's replica choice is its own (R15)"
+            )
+        return self
+
+
+Source = Annotated[ParquetSource | PrometheusSource, Field(discriminator="kind")]
+
+
+class Cluster(_Model):
+    name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+    source: Source
+    cluster_label: str = Field("cluster", description="Series label naming the cluster (R: vocabulary).")
+
+
+def _mig_profile_key(profile: str) -> str:
+    if not _MIG_PROFILE.match(profile):
+        raise ValueError(f"MIG profile {profile!r} does not parse as <N>g.<M>gb")
+    return profile
+
+
+def _namespace_pattern(pattern: str) -> str:
+    if not re.fullmatch(r"[a-z0-9*?\[\]!-]+", pattern):
+        raise ValueError(
+            f"{pattern!r} is not a namespace name or glob (lowercase letters, digits, '-', '*', '?')"
+        )
+    return pattern
+
+
+class GpuModelPrice(_Model):
+    model: str = Field(min_length=1, description="Canonical model name, e.g. H100-80GB.")
+    aliases: list[str] = Field(
+        default_factory=list,
+        description="modelName values (exact, or shell globs like 'NVIDIA H100*') that mean this model.",
+    )
+    price_per_gpu_hour: float | None = Field(None, ge=0)
+    mig_profiles: dict[Annotated[str, AfterValidator(_mig_profile_key)], Annotated[float, Field(ge=0)]] = (
+        Field(default_factory=dict, description="Explicit price per MIG instance-hour, by profile (R8).")
+    )
+
+
+class MigFamily(_Model):
+    """Extends the built-in MIG catalog (R3): profiles as [compute slices of 7, memory slices of 8]."""
+
+    family: str
+    models: list[str] = Field(description="modelName globs of the GPUs in this family.")
+    profiles: dict[str, tuple[int, int]]
+
+    @field_validator("profiles")
+    @classmethod
+    def _slices(cls, value: dict[str, tuple[int, int]]) -> dict[str, tuple[int, int]]:
+        for profile, (compute, memory) in value.items():
+            if not 1 <= compute <= 7 or not 1 <= memory <= 8:
+                raise ValueError(f"{profile!r}: compute slices must be 1..7 and memory slices 1..8")
+        return value
+
+
+class RateCard(_Model):
+    price_source: Literal["rate_card", "opencost"] = "rate_card"
+    mig_weight: Literal["compute", "memory"] = "compute"
+    models: list[GpuModelPrice] = Field(default_factory=list)
+    mig_catalog: list[MigFamily] = Field(default_factory=list)
+    energy_price_per_kwh: float | None = Field(
+        None, ge=0, description="Price of one kWh of GPU energy; set, it adds `energy` lines (R10, R14)."
+    )
+
+
+class Hybrid(_Model):
+    """tariff: hybrid: a holder pays `reserved_fraction` of its reserved charge plus the rest of its usage
+    charge (docs/tariffs.md)."""
+
+    reserved_fraction: float = Field(
+        ge=0, le=1, description="Share of the reserved charge; the rest is usage."
+    )
+
+    @field_validator("reserved_fraction")
+    @classmethod
+    def _six_decimals(cls, value: float) -> float:
+        # The fraction enters the SQL as an exact DECIMAL(10, 9) (R13 stays exact): no float residue.
+        if round(value, 6) != value:
+            raise ValueError(
+                f"reserved_fraction {value} has more than 6 decimals; write e.g. 0.4 or 0.333333"
+            )
+        return value
+
+
+class PodLabelRule(_Model):
+    key: str = Field(description="Pod label key as in Kubernetes (team) or sanitized (label_team).")
+    value: str = Field(description="Exact value, or a shell glob.")
+
+    @property
+    def metric_label(self) -> str:
+        """kube-state-metrics' sanitized name of the key (R7): invalid characters become `_`, then camelCase
+        becomes snake_case and everything is lowercased, as ksm does (`app.kubernetes.io/team` ->
+        `label_app_kubernetes_io_team`, `teamName` -> `label_team_name`). A key already starting with
+        `label_` is taken as sanitized."""
+        if self.key.startswith("label_"):
+            return self.key
+        sanitized = re.sub(r"[^a-zA-Z0-9_]", "_", self.key)
+        return "label_" + re.sub(r"([a-z0-9])([A-Z])", r"\1_\2", sanitized).lower()
+
+
+class Tenant(_Model):
+    name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+    cost_center: str | None = None
+    namespaces: list[Annotated[str, AfterValidator(_namespace_pattern)]] = Field(
+        default_factory=list, description="Namespace names or shell globs."
+    )
+    vclusters: list[str] = Field(default_factory=list, description="vCluster names (host pod label).")
+    pod_labels: list[PodLabelRule] = Field(default_factory=list)
+    monthly_budget: float | None = Field(None, ge=0)
+    kueue_cluster_queues: list[str] = Field(
+        default_factory=list,
+        description="Kueue ClusterQueues whose quota is this tenant's (mart_queue_quota_usage).",
+    )
+
+    @field_validator("name", mode="before")
+    @classmethod
+    def _not_reserved(cls, value: object) -> object:
+        # Before the name pattern, so that `__idle__` is told it is reserved, not that it is misspelt.
+        if value in RESERVED_BUCKETS:
+            raise ValueError(f"tenant name {value!r} is reserved for the bucket of that name (R7, R9)")
+        if isinstance(value, str) and tenant_slug(value) in _BUCKET_SLUGS:
+            bucket = _BUCKET_SLUGS[tenant_slug(value)]
+            what = "idle pool capacity" if bucket == IDLE else "GPU time no tenant claims"
+            raise ValueError(
+                f"tenant name {value!r} reads as the reserved bucket {bucket} ({what}, invoiced to nobody) "
+                "on invoices; choose another name"
+            )
+        return value
+
+
+# URI schemes of a warehouse on an object store, and the fsspec driver package each one needs.
+OBJECT_STORE_DRIVERS = {
+    "s3": "s3fs",
+    "s3a": "s3fs",
+    "gs": "gcsfs",
+    "gcs": "gcsfs",
+    "az": "adlfs",
+    "abfs": "adlfs",
+    "abfss": "adlfs",
+}
+
+
+class Warehouse(_Model):
+    path: str = Field(
+        ".gpumeter/warehouse",
+        description="Where the Parquet warehouse is: a local directory, a file:// URI, or an object-store URI "
+        "(s3://bucket/prefix; gs://, az:// with their fsspec driver installed). Credentials come from the "
+        "environment or the pod's IAM role, never from this file (docs/deploy.md).",
+    )
+    endpoint_url: str | None = Field(
+        None,
+        pattern=r"^https?://[^\s/]+(/\S*)?$",
+        description="S3-compatible endpoint (MinIO, Ceph, ...); default $AWS_ENDPOINT_URL_S3 or $AWS_ENDPOINT_URL, "
+        "else AWS. Only for s3:// paths.",
+    )
+    region: str | None = Field(
+        None, pattern=r"^[a-z0-9-]+$", description="S3 region; default $AWS_REGION. Only for s3:// paths."
+    )
+    persist_models: Literal["all", "marts"] = Field(
+        "all",
+        description="Store every model's day (all) or only the marts; staging/intermediate tables of a large "
+        "fleet are 100 M rows a day and are then kept inside DuckDB only (docs/deploy.md).",
+    )
+    memory_limit: str = Field(
+        "3GB",
+        pattern=r"^\d+(\.\d+)?\s*(KB|MB|GB|TB|KiB|MiB|GiB|TiB)$",
+        description="DuckDB memory_limit of one metering run; past it DuckDB spills to <path>/.tmp (for an "
+        "object-store path, to gpumeter/.tmp under the system temp directory).",
+    )
+
+    @field_validator("path")
+    @classmethod
+    def _known_location(cls, value: str) -> str:
+        if "://" not in value:
+            return value
+        scheme, _, rest = value.partition("://")
+        scheme = scheme.lower()
+        if scheme == "file":
+            if not rest.startswith("/"):
+                raise ValueError(f"{value!r}: a file:// URI takes an absolute path (file:///srv/warehouse)")
+            return value
+        if scheme not in OBJECT_STORE_DRIVERS:
+            raise ValueError(
+                f"{value!r}: unknown storage scheme {scheme}://; use a local directory, file:///path, or "
+                f"one of {', '.join(s + '://bucket/prefix' for s in ('s3', 'gs', 'az'))}"
+            )
+        if not rest.strip("/"):
+            raise ValueError(f"{value!r} names no bucket; use {scheme}://bucket/prefix")
+        return value
+
+    @model_validator(mode="after")
+    def _s3_options_only_for_s3(self) -> Warehouse:
+        scheme = self.path.partition("://")[0].lower() if "://" in self.path else ""
+        if (self.endpoint_url or self.region) and scheme not in ("s3", "s3a"):
+            raise ValueError("endpoint_url and region apply to an s3:// path only; remove them or use s3://")
+        return self
+
+
+class Stranded(_Model):
+    """When free GPUs on a node count as `unschedulable` for lack of CPU or memory (R11)."""
+
+    min_free_cpu_cores: float = Field(1.0, ge=0)
+    min_free_memory_gib: float = Field(4.0, ge=0)
+
+
+class Checks(_Model):
+    min_coverage: float = Field(
+        0.95, ge=0, le=1, description="Observed/expected GPU-seconds below this warns."
+    )
+
+
+class DashboardRole(_Model):
+    """Who gets which dashboard role: an identity matching any of `emails` or `groups` (first rule wins)."""
+
+    role: Literal["finance", "ops", "tenant"]
+    tenant: str | None = Field(None, description="The tenant a `tenant` role sees; only for role: tenant.")
+    emails: list[str] = Field(
+        default_factory=list, description="Email addresses or shell globs (*@finance.example.com), any case."
+    )
+    groups: list[str] = Field(default_factory=list, description="Values of the group claim, exact.")
+
+    @model_validator(mode="after")
+    def _tenant_only_for_tenant_role(self) -> DashboardRole:
+        if self.role == "tenant" and not self.tenant:
+            raise ValueError("role: tenant needs `tenant:` naming the tenant it may see")
+        if self.role != "tenant" and self.tenant:
+            raise ValueError(f"role: {self.role} sees every tenant; remove `tenant:` or use role: tenant")
+        if not self.emails and not self.groups:
+            raise ValueError("a role mapping needs at least one of `emails` or `groups`")
+        return self
+
+
+class Dashboard(_Model):
+    """Who sees what in the Streamlit dashboard when OIDC login is configured (docs/dashboard.md)."""
+
+    email_claim: str = Field("email", description="ID-token claim holding the user's email.")
+    group_claim: str = Field("groups", description="ID-token claim holding the user's groups (a list).")
+    roles: list[DashboardRole] = Field(default_factory=list)
+
+
+class Config(_Model):
+    pool: str = Field("gpu-pool", description="Name of the pool on invoices.")
+    currency: str = Field("USD", pattern=r"^[A-Z]{3}$")
+    currency_minor_unit: int | None = Field(None, ge=0, le=4, validate_default=True)
+    scrape_interval_seconds: int = Field(
+        30, gt=0, le=3600, description="Δ: the time one raw sample stands for (R1)."
+    )
+    kube_lookback_seconds: int = Field(
+        300,
+        gt=0,
+        description="How long a kube-state-metrics sample describes DCGM samples when its exporter is no longer "
+        "scraped (else until the exporter's next scrape), and how long an OpenCost price holds.",
+    )
+    clusters: list[Cluster] = Field(min_length=1)
+    rate_card: RateCard = Field(default_factory=RateCard)
+    tenants: list[Tenant] = Field(default_factory=list)
+    share: Literal["equal", "requested"] = Field(
+        "equal",
+        description="R6: split a shared device equally, or by the holders' declared fractions (HAMi gpucores, KAI gpu-fraction).",
+    )
+    idle_policy: Literal["platform", "proportional"] = "platform"
+    tariff: Literal["reserved", "used", "hybrid"] = Field(
+        "reserved", description="R9/R10: pay held GPU-time, busy GPU-time, or a mix (docs/tariffs.md)."
+    )
+    hybrid: Hybrid | None = Field(None, description="The mix of tariff: hybrid.")
+    idle_threshold: float = Field(0.05, ge=0, le=1)
+    warehouse: Warehouse = Field(default_factory=Warehouse)
+    stranded: Stranded = Field(default_factory=Stranded)
+    checks: Checks = Field(default_factory=Checks)
+    dashboard: Dashboard = Field(default_factory=Dashboard)
+
+    @field_validator("currency")
+    @classmethod
+    def _iso_4217_code(cls, value: str) -> str:
+        try:
+            iso_minor_unit(value)
+        except KeyError:
+            raise ValueError(
+                f"{value!r} is not an ISO 4217 currency code (list of {ISO_4217_PUBLISHED}); "
+                "write the three-letter code, e.g. USD, EUR, JPY"
+            ) from None
+        return value
+
+    @field_validator("currency_minor_unit")
+    @classmethod
+    def _minor_unit_known(cls, value: int | None, info: ValidationInfo) -> int | None:
+        # Money is rounded once per invoice line to this many decimals (R12): it must be known.
+        currency = info.data.get("currency")  # absent when the currency itself is invalid
+        if value is None and currency is not None and iso_minor_unit(currency) is None:
+            raise ValueError(
+                f"currency {currency} has no ISO 4217 minor unit; set currency_minor_unit "
+                "to the decimals amounts are rounded to (0..4)"
+            )
+        return value
+
+    @model_validator(mode="after")
+    def _dashboard_tenants_exist(self) -> Config:
+        known = {t.name for t in self.tenants}
+        for role in self.dashboard.roles:
+            if role.tenant is not None and role.tenant not in known:
+                raise ValueError(f"dashboard role for tenant {role.tenant!r}: no tenant of that name")
+        return self
+
+    @model_validator(mode="after")
+    def _hybrid_with_its_tariff(self) -> Config:
+        if self.tariff == "hybrid" and self.hybrid is None:
+            raise ValueError("tariff: hybrid needs `hybrid: {reserved_fraction: F}` (0..1; docs/tariffs.md)")
+        if self.tariff != "hybrid" and self.hybrid is not None:
+            raise ValueError(
+                f"`hybrid` is set but tariff is {self.tariff!r}: set tariff: hybrid or remove `hybrid`"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _kueue_queues_once(self) -> Config:
+        owners: dict[str, str] = {}
+        for tenant in self.tenants:
+            for queue in tenant.kueue_cluster_queues:
+                if queue in owners and owners[queue] != tenant.name:
+                    raise ValueError(
+                        f"Kueue ClusterQueue {queue!r} is listed by tenants {owners[queue]!r} and {tenant.name!r}; "
+                        "a queue's quota belongs to one tenant"
+                    )
+                owners[queue] = tenant.name
+        return self
+
+    @model_validator(mode="after")
+    def _unique_names(self) -> Config:
+        seen: set[str] = set()
+        slugs: dict[str, str] = {}
+        for tenant in self.tenants:
+            if tenant.name in RESERVED_BUCKETS:
+                raise ValueError(f"tenant name {tenant.name!r} is reserved")
+            if tenant.name in seen:
+                raise ValueError(f"tenant {tenant.name!r} is defined twice")
+            seen.add(tenant.name)
+            other = slugs.setdefault(tenant_slug(tenant.name), tenant.name)
+            if other != tenant.name:
+                raise ValueError(_slug_clash(tenant.name, other))
+        clusters = [c.name for c in self.clusters]
+        if len(set(clusters)) != len(clusters):
+            raise ValueError("cluster names must be unique")
+        return self
+
+    @property
+    def minor_unit(self) -> int:
+        """Decimals money is rounded to (R12): the override, else the currency's ISO 4217 minor unit."""
+        if self.currency_minor_unit is not None:
+            return self.currency_minor_unit
+        unit = iso_minor_unit(self.currency)
+        assert unit is not None  # a currency without one needs the override (validated)
+        return unit
+
+    def cluster(self, name: str) -> Cluster:
+        for cluster in self.clusters:
+            if cluster.name == name:
+                return cluster
+        raise KeyError(name)
+
+
+def select_clusters(config: Config, clusters: Iterable[str] | None) -> list[str]:
+    """The named clusters of the config (default: all of them), in config order; an unknown name is an error."""
+    known = [c.name for c in config.clusters]
+    if clusters is None:
+        return known
+    wanted = list(dict.fromkeys(clusters))
+    unknown = [c for c in wanted if c not in known]
+    if unknown:
+        raise ConfigError(
+            "clusters", [("", f"{', '.join(unknown)} not in the config (its clusters: {', '.join(known)})")]
+        )
+    return [c for c in known if c in wanted]
+
+
+# --- loading ---------------------------------------------------------------------------------
+
+
+def _place(loc: tuple[Any, ...]) -> str:
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        elif part in ("parquet", "prometheus") and out.endswith("source"):
+            continue  # the discriminated-union tag pydantic inserts
+        elif part == "[key]":
+            continue  # a bad dict key: the key itself is the place
+        else:
+            out += ("." if out else "") + str(part)
+    return out
+
+
+def _line_numbers(text: str) -> dict[str, int]:
+    """Map each place (`tenants[2].namespaces[0]`) in the YAML text to its 1-based line."""
+    lines: dict[str, int] = {}
+    try:
+        root = yaml.compose(text, Loader=yaml.SafeLoader)
+    except yaml.YAMLError:
+        return lines
+
+    def walk(node: yaml.Node, place: str) -> None:
+        lines.setdefault(place, node.start_mark.line + 1)
+        if isinstance(node, yaml.MappingNode):
+            for key, value in node.value:
+                child = f"{place}.{key.value}" if place else str(key.value)
+                lines[child] = key.start_mark.line + 1
+                walk(value, child)
+        elif isinstance(node, yaml.SequenceNode):
+            for index, item in enumerate(node.value):
+                walk(item, f"{place}[{index}]")
+
+    if root is not None:
+        walk(root, "")
+    return lines
+
+
+def _slug_clash(name: str, other: str, where: str = "") -> str:
+    return (
+        f"tenant {name!r} reads as {tenant_slug(name)} on invoices, like tenant {other!r}{where}: names that "
+        "differ only in case or punctuation would be taken for one another (and their invoice files are "
+        "one file on a case-insensitive disk); rename one"
+    )
+
+
+def _name_problems(raw: dict[str, Any]) -> list[tuple[tuple[Any, ...], str]]:
+    """Duplicate tenant and cluster names, and tenant names that read alike on invoices (R14), with the place
+    of each repeat. Found on the raw data so that they are reported together with every other problem
+    (pydantic runs Config's own check only on valid fields)."""
+    problems: list[tuple[tuple[Any, ...], str]] = []
+    for section, what in (("tenants", "tenant"), ("clusters", "cluster")):
+        items = raw.get(section)
+        if not isinstance(items, list):
+            continue
+        first: dict[str, int] = {}
+        by_slug: dict[str, int] = {}
+        for index, item in enumerate(items):
+            name = item.get("name") if isinstance(item, dict) else None
+            if not isinstance(name, str):
+                continue
+            if name in first:
+                problems.append(
+                    (
+                        (section, index, "name"),
+                        f"{what} {name!r} is defined twice (first at {section}[{first[name]}])",
+                    )
+                )
+                continue
+            first[name] = index
+            slug = tenant_slug(name)
+            if section != "tenants" or not slug or slug in _BUCKET_SLUGS:
+                continue  # a bucket's look-alike is the name's own problem (Tenant._not_reserved)
+            if slug in by_slug:
+                j = by_slug[slug]
+                other = items[j]["name"]
+                problems.append(((section, index, "name"), _slug_clash(name, other, f" ({section}[{j}])")))
+            else:
+                by_slug[slug] = index
+    return problems
+
+
+def parse_config(text: str, source: str = "<config>", base_dir: Path | None = None) -> Config:
+    """Parse and validate; every problem is reported with its place (and line) in the file."""
+    try:
+        raw = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        raise ConfigError(source, [(where, f"not valid YAML: {getattr(exc, 'problem', exc)}")]) from None
+    if not isinstance(raw, dict):
+        raise ConfigError(
+            source, [("", "the file must be a YAML mapping (`gpumeter config example` prints one)")]
+        )
+    names = _name_problems(raw)
+    try:
+        config = Config.model_validate(raw)
+    except ValidationError as exc:
+        found = [(err["loc"], err["msg"]) for err in exc.errors()]
+        if names:  # Config's own name check (no place) repeats what _name_problems found, with places
+            found = [(loc, msg) for loc, msg in found if loc]
+        raise ConfigError(source, _placed(text, [*found, *names])) from None
+    if base_dir is not None:
+        config = _resolve_paths(config, base_dir)
+    return config
+
+
+def _placed(text: str, found: list[tuple[tuple[Any, ...], str]]) -> list[tuple[str, str]]:
+    """(loc, message) -> ("place (line N)", message), in the order of the file."""
+    lines = _line_numbers(text)
+    placed: list[tuple[int, str, str]] = []
+    for loc, msg in found:
+        place = _place(loc)
+        line = lines.get(place)
+        if line is None:  # a missing field: point at its parent
+            parent = re.sub(r"(\.[^.\[\]]+|\[\d+\])$", "", place)
+            line = lines.get(parent if parent != place else "")
+        label = f"{place} (line {line})" if line else place
+        placed.append((line or 0, label, msg.removeprefix("Value error, ")))
+    placed.sort(key=lambda item: item[0])  # stable: problems of one line keep pydantic's order
+    return [(label, msg) for _, label, msg in placed]
+
+
+def _resolve_paths(config: Config, base_dir: Path) -> Config:
+    """Relative paths in the file are relative to the file, so a config works from any directory."""
+
+    def resolve(path: str | None) -> str | None:
+        if path is None or "://" in path:
+            return path
+        expanded = os.path.expanduser(path)
+        if os.path.isabs(expanded):
+            return expanded
+        return str((base_dir / expanded).resolve())
+
+    clusters = []
+    for cluster in config.clusters:
+        source = cluster.source
+        if isinstance(source, ParquetSource):
+            source = source.model_copy(update={"path": resolve(source.path)})
+        else:
+            source = source.model_copy(
+                update={
+                    "claims_file": resolve(source.claims_file),
+                    "slices_file": resolve(source.slices_file),
+                    "kubeconfig": resolve(source.kubeconfig),
+                    "k8s_snapshots_dir": resolve(source.k8s_snapshots_dir),
+                }
+            )
+        clusters.append(cluster.model_copy(update={"source": source}))
+    warehouse = config.warehouse.model_copy(update={"path": resolve(config.warehouse.path)})
+    return config.model_copy(update={"clusters": clusters, "warehouse": warehouse})
+
+
+def default_config_path() -> Path:
+    """The config to use when none is named: $GPUMETER_CONFIG, else the demo's if `gpumeter demo` ran here,
+    else the example shipped in the package (its relative paths are then relative to the package)."""
+    if os.environ.get(CONFIG_ENV):
+        return Path(os.environ[CONFIG_ENV])
+    demo = DEMO_DIR / "config.yaml"
+    if demo.exists():
+        return demo.resolve()
+    return Path(str(EXAMPLE_CONFIG))
+
+
+def load_config(path: str | os.PathLike[str]) -> Config:
+    file = Path(path)
+    try:
+        text = file.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError(
+            str(file), [("", "file not found; `gpumeter demo` writes an example config")]
+        ) from None
+    except IsADirectoryError:
+        raise ConfigError(str(file), [("", "is a directory, not a config file")]) from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(str(file), [("", f"not UTF-8 text ({exc.reason} at byte {exc.start})")]) from None
+    except OSError as exc:
+        raise ConfigError(str(file), [("", f"cannot be read: {exc.strerror or exc}")]) from None
+    return parse_config(text, source=str(file), base_dir=file.resolve().parent)
+
+
+def config_warnings(config: Config) -> list[tuple[str, str]]:
+    """Problems that do not stop a run but that finance should know of (R7 overlaps, R8 premiums)."""
+    warnings: list[tuple[str, str]] = []
+    # R7: within one rule kind the first tenant in file order wins; an overlap is a warning.
+    for i, first in enumerate(config.tenants):
+        for j in range(i + 1, len(config.tenants)):
+            second = config.tenants[j]
+            for a, pa_ in enumerate(first.namespaces):
+                for b, pb in enumerate(second.namespaces):
+                    if _globs_overlap(pa_, pb):
+                        warnings.append(
+                            (
+                                f"tenants[{j}].namespaces[{b}]",
+                                f"{pb!r} overlaps {pa_!r} of tenant {first.name!r} (tenants[{i}].namespaces[{a}]), "
+                                f"which wins for the namespaces both match",
+                            )
+                        )
+            for b, vc in enumerate(second.vclusters):
+                if vc in first.vclusters:
+                    warnings.append(
+                        (
+                            f"tenants[{j}].vclusters[{b}]",
+                            f"vCluster {vc!r} is also tenant {first.name!r}'s, which wins",
+                        )
+                    )
+            for b, rule in enumerate(second.pod_labels):
+                for other in first.pod_labels:
+                    if rule.metric_label == other.metric_label and _globs_overlap(rule.value, other.value):
+                        warnings.append(
+                            (
+                                f"tenants[{j}].pod_labels[{b}]",
+                                f"{rule.key}={rule.value} overlaps {other.key}={other.value} of tenant "
+                                f"{first.name!r}, which wins",
+                            )
+                        )
+    for m, model in enumerate(config.rate_card.models):
+        if model.price_per_gpu_hour is None and config.rate_card.price_source == "rate_card":
+            warnings.append(
+                (f"rate_card.models[{m}].price_per_gpu_hour", "no price: GPUs of this model stop the run")
+            )
+    return warnings
+
+
+def _globs_overlap(a: str, b: str) -> bool:
+    """Whether two shell globs can match one name: exact for literals, conservative for two globs."""
+    a_glob, b_glob = any(c in a for c in "*?["), any(c in b for c in "*?[")
+    if not a_glob and not b_glob:
+        return a == b
+    if not a_glob:
+        return fnmatch.fnmatchcase(a, b)
+    if not b_glob:
+        return fnmatch.fnmatchcase(b, a)
+    # Both globs: compare their literal prefixes; overlapping prefixes can match a common name.
+    pa_, pb = re.split(r"[*?\[]", a, maxsplit=1)[0], re.split(r"[*?\[]", b, maxsplit=1)[0]
+    return pa_.startswith(pb) or pb.startswith(pa_)
+
+
+def config_schema() -> dict[str, Any]:
+    return Config.model_json_schema()

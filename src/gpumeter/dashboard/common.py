@@ -1,0 +1,84 @@
+"""What every page shares: the viewer, the scoped reads, the filters, money formatting and CSV downloads.
+Pages never filter rows themselves: every read goes through gpumeter/views/scoped.py with the viewer."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from decimal import Decimal
+
+import polars as pl
+import streamlit as st
+
+from gpumeter.config import Config
+from gpumeter.views.scoped import AccessDenied, Filters, Viewer, Views, frame_csv
+
+
+@dataclass(frozen=True)
+class Context:
+    config: Config
+    views: Views
+    viewer: Viewer
+    filters: Filters
+
+    def money(self, amount: Decimal | float | int | None) -> str:
+        """An amount in the pool's currency, rounded to its minor unit for display only (R12 rounds
+        invoice lines; the figures behind a chart stay exact)."""
+        if amount is None:
+            return "—"
+        value = Decimal(str(amount)) if not isinstance(amount, Decimal) else amount
+        return f"{value:,.{self.config.minor_unit}f} {self.config.currency}"
+
+    def money_column(self, frame: pl.DataFrame, *columns: str) -> pl.DataFrame:
+        """The frame for display: money columns as text in the pool's currency, other floats to 4 places (a
+        1e-12 residue of exact slice arithmetic reads as 0). Downloads keep the unrounded frame."""
+        money = [
+            pl.col(c).map_elements(self.money, return_dtype=pl.Utf8) for c in columns if c in frame.columns
+        ]
+        return frame.with_columns(pl.col(pl.Float64).round(4)).with_columns(money)
+
+
+_CONTEXT_KEY = "gpumeter_context"
+
+
+def remember(ctx: Context) -> None:
+    """The app builds the context on every run; the page script it navigates to reads it back."""
+    st.session_state[_CONTEXT_KEY] = ctx
+
+
+def current() -> Context:
+    ctx = st.session_state.get(_CONTEXT_KEY)
+    if not isinstance(ctx, Context):
+        st.error("Open the dashboard through its main page (streamlit run gpumeter/dashboard/app.py).")
+        st.stop()
+    return ctx
+
+
+def show(page: Callable[[Context], None]) -> None:
+    """Run a page for the session's viewer; a view the role may not read is one message, not a traceback."""
+    try:
+        page(current())
+    except AccessDenied as exc:
+        st.error(f"Not available to {current().viewer.label}: {exc}.")
+
+
+def download(ctx: Context, frame: pl.DataFrame, name: str, key: str) -> None:
+    """Every table is downloadable, exactly as scoped for the viewer, formula-neutralized."""
+    st.download_button(
+        f"Download {name} (CSV)",
+        frame_csv(frame),
+        file_name=f"{name}_{ctx.filters.period}.csv",
+        mime="text/csv",
+        key=key,
+        on_click="ignore",
+    )
+
+
+def table(
+    ctx: Context, frame: pl.DataFrame, name: str, money: tuple[str, ...] = (), **kwargs: object
+) -> None:
+    if frame.is_empty():
+        st.info(f"No {name.replace('_', ' ')} for these filters.")
+        return
+    st.dataframe(ctx.money_column(frame, *money), hide_index=True, width="stretch", **kwargs)  # type: ignore[arg-type]
+    download(ctx, frame, name, key=f"dl-{name}")

@@ -1,0 +1,80 @@
+"""The pull: a (cluster, day) of raw samples (with its lookback) from its source into the warehouse's raw zone."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable
+from datetime import date
+from pathlib import Path
+
+from gpumeter.config import Config, select_clusters
+from gpumeter.ingest.contract import PartedRawSource, RawSource, lookback_ms
+from gpumeter.ingest.schema import RAW_TABLES
+from gpumeter.storage import paths
+from gpumeter.storage.files import atomic_write_text
+from gpumeter.storage.paths import RAW
+from gpumeter.storage.staging import StagedDay
+from gpumeter.storage.warehouse import Warehouse
+
+Log = Callable[[str], None]
+
+
+def _quiet(_: str) -> None:
+    return None
+
+
+def pull_raw_day(
+    config: Config,
+    warehouse: Warehouse,
+    day: date,
+    source_for: Callable[[str], RawSource],
+    log: Log = _quiet,
+    clusters: Iterable[str] | None = None,
+) -> dict[str, int]:
+    """Fetch the day (with its lookback) of the given clusters (default: every cluster of the config; the
+    assets pass their partition's one) from their sources into the raw zone. A source that hands the day
+    over in parts (PartedRawSource) is written part by part, so a fleet's day never has to fit in memory."""
+    names = select_clusters(config, clusters)
+    counts: dict[str, int] = dict.fromkeys(RAW_TABLES, 0)
+    sources = {name: source_for(name) for name in names}
+    staged: dict[str, StagedDay] = {}
+    try:
+        # Fetch every cluster before storing any: a source that fails leaves every stored day untouched.
+        lookback = lookback_ms(config)
+        for name in names:
+            source = sources[name]
+            if isinstance(source, PartedRawSource):
+                parts = source.fetch_day_parts(name, day, lookback)
+            else:
+                parts = iter([source.fetch_day(name, day, lookback)])
+            staged[name] = warehouse.stage_day(RAW, name, day, dict(RAW_TABLES))
+            for part in parts:
+                for table, rows in part.tables().items():
+                    if rows.num_rows:
+                        staged[name].write(table, rows)
+        # R15: one run of a (cluster, day) writes at a time, and never while it is being metered.
+        with warehouse.day_locks(day, names):
+            for cluster_name, day_tables in staged.items():
+                for table, rows in day_tables.commit().items():
+                    counts[table] += rows
+                snapshot = getattr(sources[cluster_name], "last_k8s_snapshot", None)
+                if snapshot:  # keep the claims as read: template claims vanish with their pods
+                    folder = warehouse.day_dir(RAW, paths.K8S, cluster_name, day)
+                    for kind in paths.SNAPSHOT_KINDS:
+                        if snapshot.get(kind) is not None:  # read at an unknown time (files, API now)
+                            atomic_write_text(
+                                folder / paths.snapshot_name(kind), json.dumps(snapshot[kind], sort_keys=True)
+                            )
+                    # Timed snapshots (k8s_snapshots_dir) keep their time-named files; each is copied with
+                    # its own day (the day before's come with that day), beside the day's raw rows.
+                    for kept in map(Path, snapshot.get("snapshot_files", ())):
+                        if kept.parent.name == paths.day_folder_name(day):
+                            atomic_write_text(folder / kept.name, kept.read_text(encoding="utf-8"))
+                log(
+                    f"{cluster_name} {day}: {day_tables.rows['raw_dcgm_samples']:,} DCGM and "
+                    f"{day_tables.rows['raw_kube_samples']:,} kube samples"
+                )
+    finally:
+        for day_tables in staged.values():
+            day_tables.discard()
+    return counts

@@ -1,0 +1,75 @@
+"""A (cluster, day) partition metered from the warehouse's raw zone into its model zones (R15: computed
+whole, then written)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Callable, Iterable
+from datetime import date
+
+import pyarrow as pa
+
+from gpumeter.config import Config, select_clusters
+from gpumeter.ingest.contract import RawFiles
+from gpumeter.ingest.schema import RAW_TABLES
+from gpumeter.models.project import LAYERS, Model, load_models
+from gpumeter.models.runner import meter_day
+from gpumeter.storage.paths import INTERMEDIATE, MARTS, RAW, STAGING
+from gpumeter.storage.warehouse import Warehouse
+
+ZONES = dict(zip(LAYERS, (STAGING, INTERMEDIATE, MARTS), strict=True))
+Log = Callable[[str], None]
+
+
+def _quiet(_: str) -> None:
+    return None
+
+
+def read_raw_day(warehouse: Warehouse, cluster: str, day: date) -> RawFiles:
+    """The stored raw files of a (cluster, day): every Parquet file of its day folder (a fleet's day is
+    written in parts), read in place by DuckDB."""
+    return RawFiles({name: warehouse.day_files(RAW, name, cluster, day) for name in RAW_TABLES})
+
+
+def meter_partition_day(
+    config: Config,
+    warehouse: Warehouse,
+    day: date,
+    log: Log = _quiet,
+    clusters: Iterable[str] | None = None,
+    on_model: Callable[[Model], None] | None = None,
+) -> tuple[dict[str, int], dict[str, dict[str, pa.Table]]]:
+    """Meter the day of the given clusters (default: every cluster of the config; the assets pass their
+    partition's one) from the raw zone; compute them all, then write (R15). Returns row counts per model
+    and the tables per cluster (for the asset checks). With `warehouse.persist_models: marts` staging and
+    intermediate models stay inside DuckDB. `on_model` is called as each model is done (the benchmark
+    times them)."""
+    names = select_clusters(config, clusters)
+    keep = LAYERS if config.warehouse.persist_models == "all" else ("marts",)
+    results: dict[str, dict[str, pa.Table]] = {}
+    counts: dict[str, int] = {}
+    # R15: a (cluster, day)'s raw files cannot change while they are read, and its models are one run's.
+    with warehouse.day_locks(day, names):
+        for name in names:
+            spill = warehouse.scratch_dir(f"duckdb-{name}-{day.isoformat()}-{os.getpid()}")
+            try:
+                results[name] = meter_day(
+                    read_raw_day(warehouse, name, day),
+                    config,
+                    name,
+                    day,
+                    keep_layers=keep,
+                    temp_directory=spill,
+                    on_model=on_model,
+                )
+            finally:
+                shutil.rmtree(spill, ignore_errors=True)
+        models = {m.name: m for m in load_models()}
+        for cluster_name, tables in results.items():
+            for name, table in tables.items():
+                model = models[name]
+                warehouse.write_day(ZONES[model.layer], model.table, cluster_name, day, table)
+                counts[name] = counts.get(name, 0) + table.num_rows
+            log(f"{cluster_name} {day}: metered, {tables['mart_device_seconds'].num_rows} device-holder rows")
+    return counts, results

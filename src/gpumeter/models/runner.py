@@ -1,0 +1,266 @@
+"""The runner: one (cluster, day) of raw samples in, every model of sql/ out, in one DuckDB session.
+
+Pure: `meter_day(raw, config, cluster, day)` takes tables and config and returns tables; storage is the
+caller's business (gpumeter.models.partition and the warehouse).
+"""
+
+from __future__ import annotations
+
+import re
+import warnings
+from collections.abc import Callable, Collection, Mapping, Sequence
+from datetime import UTC, date, datetime
+from pathlib import Path
+
+import duckdb
+import pyarrow as pa
+
+from gpumeter.config import Config
+from gpumeter.ingest.contract import RawDay, RawFiles, day_bounds_ms, lookback_ms
+from gpumeter.ingest.schema import OPTIONAL_RAW_COLUMNS, RAW_TABLES
+from gpumeter.models.money import MONEY_UNITS_BASE, WEIGHT_SCALE, price_units
+from gpumeter.models.project import LAYERS, MACROS, AccountingError, Model, load_models
+from gpumeter.models.python_models import PYTHON_MODEL_FUNCTIONS
+from gpumeter.storage.objectstore import duckdb_paths
+
+
+def _set_variables(con: duckdb.DuckDBPyConnection, config: Config, cluster: str, day: date) -> None:
+    start_ms, end_ms = day_bounds_ms(day)
+    variables: Mapping[str, object] = {
+        "cluster": cluster,
+        "day": day.isoformat(),
+        "day_start_ms": start_ms,
+        "day_end_ms": end_ms,
+        "window_start_ms": start_ms - lookback_ms(config),
+        "lookback_ms": config.kube_lookback_seconds * 1000,
+        "scrape_s": float(config.scrape_interval_seconds),
+        "idle_threshold": config.idle_threshold,
+        "idle_policy": config.idle_policy,
+        "tariff": config.tariff,
+        "energy_price_per_kwh": config.rate_card.energy_price_per_kwh,
+        "energy_price_units": price_units(config.rate_card.energy_price_per_kwh) or 0,
+        "scrape_ms": config.scrape_interval_seconds * 1000,
+        "weight_scale": WEIGHT_SCALE,
+        "money_units_base": str(MONEY_UNITS_BASE),  # beyond BIGINT: cast to HUGEINT in SQL
+        # hybrid's reserved fraction in millionths (config allows 6 decimals), exact.
+        "reserved_millionths": {"reserved": 1_000_000, "used": 0}.get(
+            config.tariff, round((config.hybrid.reserved_fraction if config.hybrid else 1) * 1_000_000)
+        ),
+        # Kueue ClusterQueue -> tenant (Tenant.kueue_cluster_queues), as two parallel lists for
+        # mart_queue_quota_usage.
+        "kueue_queues": [q for t in config.tenants for q in t.kueue_cluster_queues],
+        "kueue_queue_tenants": [t.name for t in config.tenants for _ in t.kueue_cluster_queues],
+        "share": config.share,
+        "min_free_cpu_cores": config.stranded.min_free_cpu_cores,
+        "min_free_memory_bytes": config.stranded.min_free_memory_gib * 1024**3,
+    }
+    for name, value in variables.items():
+        con.execute(f"set variable {name} = ?", [value])
+
+
+def meter_day(
+    raw: RawDay | RawFiles,
+    config: Config,
+    cluster: str,
+    day: date,
+    on_model: Callable[[Model], None] | None = None,
+    keep_layers: Collection[str] = LAYERS,
+    temp_directory: Path | None = None,
+    profile_dir: Path | None = None,
+) -> dict[str, pa.Table]:
+    """Run every model for one cluster and day. Returns {model name: table} for the models of
+    `keep_layers`; the others are computed inside DuckDB and never copied out (they can be 100 M rows
+    at fleet scale). With `temp_directory`, the models are tables of a DuckDB database file there (removed by
+    the caller with the directory), else of an in-memory one; DuckDB spills there past
+    `warehouse.memory_limit`. With `profile_dir`, each SQL model's DuckDB query profile (EXPLAIN ANALYZE, as
+    JSON) is written there as <model>.json (bench/)."""
+    if temp_directory is not None:
+        temp_directory.mkdir(parents=True, exist_ok=True)
+        # A database file, not temp tables: its tables are compressed and the buffer manager can evict them,
+        # while in-memory temp tables fill memory_limit and push the running query's state out to disk
+        # (1,000 GPUs: 1.8 GB spilled by int_device_samples alone, bench/README.md).
+        database = temp_directory / "models.duckdb"
+        for stale in (database, database.with_name(database.name + ".wal")):
+            stale.unlink(missing_ok=True)  # a killed run's models are not this run's
+        con = duckdb.connect(str(database))
+    else:
+        con = duckdb.connect()
+    models = load_models()
+    last_use = _last_use(models)
+    views = {m.name for m in models if m.ephemeral}
+    try:
+        con.execute("set threads to 2")
+        # DuckDB plans an ASOF join as a nested loop when it *estimates* the left side under this many rows;
+        # the estimate after a join chain can be 6 where the truth is millions (KAI members x pod phases:
+        # 72 % of a 256-GPU day, bench/README.md). The sort-merge ASOF join is right at every size.
+        con.execute("set asof_loop_join_threshold = 0")
+        con.execute("set memory_limit = ?", [config.warehouse.memory_limit])
+        if temp_directory is not None:
+            con.execute("set temp_directory = ?", [str(temp_directory)])
+        _load_raw(con, raw)
+        _set_variables(con, config, cluster, day)
+        con.execute(MACROS.read_text(encoding="utf-8"))
+        if profile_dir is not None:
+            profile_dir.mkdir(parents=True, exist_ok=True)
+            con.execute("set enable_profiling = 'json'")
+        results: dict[str, pa.Table] = {}
+        with warnings.catch_warnings():
+            warnings.simplefilter("default")
+            for model in models:
+                _identifier(model.name)  # interpolated into SQL below: only a plain name may get there
+                if model.sql is None:
+                    table = PYTHON_MODEL_FUNCTIONS[model.name](con, config)
+                    con.register(f"{model.name}__arrow", table)
+                    con.execute(f"create table {model.name} as select * from {model.name}__arrow")
+                    con.unregister(f"{model.name}__arrow")
+                else:
+                    if profile_dir is not None:
+                        con.execute("set profiling_output = ?", [str(profile_dir / f"{model.name}.json")])
+                    kind = "temp view" if model.ephemeral else "table"
+                    try:
+                        con.execute(f"create {kind} {model.name} as {model.sql}")
+                    except duckdb.Error as exc:
+                        raise AccountingError(f"model {model.layer}/{model.name}.sql failed: {exc}") from exc
+                # Marts are read by people and diffed by finance: a stable row order makes a re-run's
+                # files identical to the byte (R15). Larger intermediate tables keep the engine's order.
+                order = " order by all" if model.layer == "marts" else ""
+                if model.name == "int_gpu_samples":
+                    _require_prices(con)
+                if model.name == "stg_dcgm_series":
+                    _require_distinct_series(con)
+                if model.layer in keep_layers and not model.ephemeral:
+                    results[model.name] = con.sql(f"select * from {model.name}{order}").to_arrow_table()
+                # A model nothing later reads is dropped: memory goes to the queries still to run.
+                for done in last_use.get(model.name, ()):
+                    con.execute(f"drop {'view' if done in views else 'table'} if exists {done}")
+                if on_model:
+                    on_model(model)
+        return results
+    finally:
+        con.close()
+
+
+def _last_use(models: Sequence[Model]) -> dict[str, list[str]]:
+    """{model: the models whose last reader it is}: after it runs, they can be dropped. A view (an ephemeral
+    model) reads its own dependencies whenever it is read, so they live as long as its readers."""
+    by_name = {m.name: m for m in models}
+
+    def reads(model: Model) -> set[str]:
+        found: set[str] = set()
+        pending = list(model.deps)
+        while pending:
+            dep = pending.pop()
+            if dep in found:
+                continue
+            found.add(dep)
+            if dep in by_name and by_name[dep].ephemeral:
+                pending.extend(by_name[dep].deps)
+        return found
+
+    last: dict[str, str] = {}
+    for model in models:
+        for dep in reads(model):
+            if dep not in RAW_TABLES:
+                last[dep] = model.name
+    by_reader: dict[str, list[str]] = {}
+    for dep, reader in last.items():
+        by_reader.setdefault(reader, []).append(dep)
+    return by_reader
+
+
+def _load_raw(con: duckdb.DuckDBPyConnection, raw: RawDay | RawFiles) -> None:
+    """Raw tables under their model names: Arrow tables are copied in, stored files are read in place."""
+    if isinstance(raw, RawDay):
+        for name, table in raw.tables().items():
+            con.register(f"{name}__arrow", _conform(table, name))
+            con.execute(f"create temp table {name} as select * from {name}__arrow")
+            con.unregister(f"{name}__arrow")
+        return
+    for name, schema in RAW_TABLES.items():
+        paths = duckdb_paths(con, raw.files.get(name, ()))
+        if not paths:
+            con.register(f"{name}__arrow", schema.empty_table())
+            con.execute(f"create temp table {name} as select * from {name}__arrow")
+            con.unregister(f"{name}__arrow")
+            continue
+        files = ", ".join("'" + p.replace("'", "''") + "'" for p in paths)  # a view takes no parameters
+        stored = {
+            row[0]
+            for row in con.execute(
+                f"select name from parquet_schema([{files}])"  # noqa: S608 - quoted paths, no user SQL
+            ).fetchall()
+        }
+        optional = OPTIONAL_RAW_COLUMNS.get(name, frozenset())
+        columns = ", ".join(
+            f'"{column}"' if column in stored or column not in optional else f'null::varchar as "{column}"'
+            for column in schema.names
+        )
+        try:
+            con.execute(
+                f"create temp view {name} as select {columns} from read_parquet([{files}], "
+                "hive_partitioning = false, union_by_name = true)"
+            )
+            con.execute(f"select * from {name} limit 0")
+        except duckdb.Error as exc:
+            raise AccountingError(
+                f"raw files of {name} ({paths[0]}{' and others' if len(paths) > 1 else ''}) do not match the "
+                f"raw-samples schema: {exc}; re-pull the day"
+            ) from exc
+
+
+def _require_prices(con: duckdb.DuckDBPyConnection) -> None:
+    """R8: a GPU whose price cannot be resolved stops the run, naming model and node; never a silent zero."""
+    missing = con.execute(
+        "select model_name, node, min(ts_ms) from int_gpu_samples where gpu_price_per_hour is null "
+        "group by all order by all limit 1"
+    ).fetchone()
+    if missing:
+        model, node, ts_ms = missing
+        when = datetime.fromtimestamp(ts_ms / 1000, UTC).isoformat().replace("+00:00", "Z")
+        raise AccountingError(
+            f"GPU model {model!r} on node {node!r} has no price at {when}: OpenCost's node_gpu_hourly_cost has no "
+            "sample for the node within kube_lookback_seconds (price_source: opencost); check that OpenCost is "
+            "scraped, or price the model under rate_card.models with price_source: rate_card"
+        )
+
+
+_IDENTIFIER = re.compile(r"[a-z][a-z0-9_]*")
+
+
+def _require_distinct_series(con: duckdb.DuckDBPyConnection) -> None:
+    """Series are keyed by a 64-bit hash of their labels (stg_dcgm_judged): two label sets with one key would
+    merge two series' samples (R1), so the day stops instead. Never seen: under 10^-9 for the ~90 k series
+    of a 10,000-GPU day."""
+    clash = con.sql(
+        "select series_key from stg_dcgm_series group by all having count(*) > 1 limit 1"
+    ).fetchall()
+    if clash:
+        raise AccountingError(
+            f"two DCGM series share the key {clash[0][0]} (a hash collision of their labels): the day cannot be "
+            "metered exactly; report it with the day's raw files"
+        )
+
+
+def _identifier(name: str) -> str:
+    """A model or table name as an SQL identifier: lowercase letters, digits and `_` (a file named
+    `x; drop ….sql` under sql/ is refused, not run)."""
+    if not _IDENTIFIER.fullmatch(name):
+        raise AccountingError(
+            f"model name {name!r} is not a plain identifier ([a-z][a-z0-9_]*); rename its file under sql/"
+        )
+    return name
+
+
+def _conform(table: pa.Table, raw_table: str) -> pa.Table:
+    """Select and cast the raw table's columns (an optional one it lacks is null); a missing column or an
+    uncastable one is an error naming it."""
+    schema = RAW_TABLES[raw_table]
+    for name in OPTIONAL_RAW_COLUMNS.get(raw_table, frozenset()) - set(table.column_names):
+        table = table.append_column(name, pa.nulls(table.num_rows, schema.field(name).type))
+    missing = [f.name for f in schema if f.name not in table.column_names]
+    if missing:
+        raise AccountingError(f"raw table lacks column(s) {', '.join(missing)} of the raw-samples schema")
+    try:
+        return table.select(schema.names).cast(schema)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
+        raise AccountingError(f"raw table columns do not cast to the raw-samples schema: {exc}") from None

@@ -1,0 +1,30 @@
+-- Kueue's quota gauges, one row per series sample of the day (R2): ClusterQueue nominal quota, usage and
+-- borrowing limit, and LocalQueue usage, by flavor and resource (raw, e.g. nvidia.com/gpu; docs/telemetry.md).
+-- Copies of one sample (HA replicas, duplicated series) collapse to one row (R1).
+select
+    cluster,
+    ts_ms,
+    case metric
+        when 'kueue_cluster_queue_nominal_quota' then 'nominal_quota'
+        when 'kueue_cluster_queue_resource_usage' then 'resource_usage'
+        when 'kueue_cluster_queue_borrowing_limit' then 'borrowing_limit'
+        when 'kueue_local_queue_resource_usage' then 'local_queue_usage'
+    end as quantity,
+    nullif(labels ->> 'cohort', '') as cohort,
+    nullif(labels ->> 'cluster_queue', '') as cluster_queue,
+    nullif(labels ->> 'local_queue', '') as local_queue,
+    nullif(labels ->> 'namespace', '') as namespace,
+    labels ->> 'flavor' as flavor,
+    labels ->> 'resource' as resource,
+    max(value) as value
+from raw_kube_samples
+where cluster = getvariable('cluster')
+  and metric in (
+      'kueue_cluster_queue_nominal_quota',
+      'kueue_cluster_queue_resource_usage',
+      'kueue_cluster_queue_borrowing_limit',
+      'kueue_local_queue_resource_usage'
+  )
+  and ts_ms >= getvariable('day_start_ms')
+  and ts_ms < getvariable('day_end_ms')
+group by all

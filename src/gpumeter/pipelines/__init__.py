@@ -1,0 +1,1 @@
+"""Dagster: thin shells over the domain packages (partitions, resources, assets, checks, schedules)."""

@@ -1,0 +1,118 @@
+"""Monthly billing assets (R12-R16): the invoice lines and one asset per export of them. Thin shells over
+gpumeter.billing.month / gpumeter.billing.periods. A closed period is never written again: each asset then reports that
+it left the period untouched, and its check verifies the closed files against the manifest."""
+
+from collections.abc import Iterator
+
+from dagster import (
+    AssetCheckResult,
+    AssetDep,
+    AssetExecutionContext,
+    MaterializeResult,
+    MetadataValue,
+    asset,
+)
+
+from gpumeter.billing.month import export_month, roll_up_month
+from gpumeter.pipelines import checks
+from gpumeter.pipelines.partitions import MONTH_OF_CLUSTER_DAYS, monthly_partitions
+from gpumeter.pipelines.resources import GpumeterConfigResource
+
+GROUP = "invoices"
+
+
+def _period(context: AssetExecutionContext) -> str:
+    return context.partition_key[:7]
+
+
+@asset(
+    name="invoice_lines",
+    group_name=GROUP,
+    partitions_def=monthly_partitions,
+    deps=[
+        AssetDep(mart, partition_mapping=MONTH_OF_CLUSTER_DAYS)
+        for mart in ("mart_tenant_daily_cost", "mart_pool_daily_cost")
+    ],
+    check_specs=[checks.INVOICE_LINES_CHECK],
+    kinds={"python", "parquet"},
+    description="Monthly invoice lines per tenant (R12, R14), rolled up from the month's days, with the "
+    "adjustment lines it carries for closed periods (R16). A closed month is left untouched.",
+)
+def invoice_lines(
+    context: AssetExecutionContext, gpumeter: GpumeterConfigResource
+) -> Iterator[MaterializeResult | AssetCheckResult]:
+    summary = roll_up_month(gpumeter.config, gpumeter.warehouse, context.partition_key, with_exports=False)
+    if summary.closed:
+        context.log.info(f"period {summary.period} is closed: its invoice lines are left untouched (R16)")
+    yield MaterializeResult(
+        metadata={
+            "status": "closed, untouched" if summary.closed else "draft",
+            "lines": MetadataValue.int(summary.line_count),
+            "adjustment_lines": MetadataValue.int(summary.adjustment_count),
+            "days": MetadataValue.int(summary.day_count),
+            "pool_cost": MetadataValue.float(float(summary.reconciliation.pool_cost)),
+            "invoiced_rounded": MetadataValue.float(float(summary.reconciliation.lines_rounded)),
+            "reconciles": MetadataValue.bool(summary.reconciliation.ok),
+        }
+    )
+    yield checks.invoice_matches_daily_costs(gpumeter.warehouse, gpumeter.config, _period(context))
+
+
+def _export(context: AssetExecutionContext, gpumeter: GpumeterConfigResource, kind: str) -> MaterializeResult:
+    paths = export_month(gpumeter.config, gpumeter.warehouse, context.partition_key, kind)
+    if not paths:
+        context.log.info(f"period {_period(context)} is closed: its {kind} exports are left untouched (R16)")
+    return MaterializeResult(
+        metadata={
+            "status": "draft" if paths else "closed, untouched",
+            "files": MetadataValue.json([str(p) for p in paths]),
+        }
+    )
+
+
+@asset(
+    name="invoice_csv",
+    group_name=GROUP,
+    partitions_def=monthly_partitions,
+    deps=["invoice_lines"],
+    check_specs=[checks.INVOICE_CSV_CHECK],
+    kinds={"csv"},
+    description="Invoice-lines CSV of the output contract: all tenants (with __idle__ and __unallocated__) "
+    "and one file per tenant.",
+)
+def invoice_csv(
+    context: AssetExecutionContext, gpumeter: GpumeterConfigResource
+) -> Iterator[MaterializeResult | AssetCheckResult]:
+    yield _export(context, gpumeter, "csv")
+    yield checks.invoice_csv_reconciles(gpumeter.warehouse, _period(context), gpumeter.config.minor_unit)
+
+
+@asset(
+    name="invoice_focus",
+    group_name=GROUP,
+    partitions_def=monthly_partitions,
+    deps=["invoice_lines", "invoice_csv"],
+    check_specs=[checks.INVOICE_FOCUS_CHECK],
+    kinds={"csv"},
+    description="FOCUS 1.2 CSV of the same lines (docs/billing.md: the column mapping).",
+)
+def invoice_focus(
+    context: AssetExecutionContext, gpumeter: GpumeterConfigResource
+) -> Iterator[MaterializeResult | AssetCheckResult]:
+    yield _export(context, gpumeter, "focus")
+    yield checks.focus_billed_cost_total(gpumeter.warehouse, _period(context))
+
+
+@asset(
+    name="invoice_documents",
+    group_name=GROUP,
+    partitions_def=monthly_partitions,
+    deps=["invoice_lines"],
+    kinds={"html"},
+    description="One self-contained HTML invoice per tenant: lines, adjustments, totals, hash and status.",
+)
+def invoice_documents(context: AssetExecutionContext, gpumeter: GpumeterConfigResource) -> MaterializeResult:
+    return _export(context, gpumeter, "documents")
+
+
+BILLING_ASSETS = [invoice_lines, invoice_csv, invoice_focus, invoice_documents]
