@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from gpumeter.billing import periods
+from gpumeter.billing import adjustments, periods
 from gpumeter.billing.exports import EXPORT_KINDS, write_exports
 from gpumeter.billing.invoices import INVOICE_SCHEMA, Period, Reconciliation, reconcile
 from gpumeter.config import Config
@@ -54,7 +54,7 @@ def roll_up_month(
     if periods.is_closed(warehouse, key):
         lines = periods.stored_lines(warehouse, key)
         assert lines is not None  # a closed period always has its closed copy
-        adjustments = [r for r in lines.to_pylist() if r["corrects_period"]]
+        corrections = [r for r in lines.to_pylist() if r["corrects_period"]]
         # Against its own days as closed: Σ closed lines = manifest total (late data goes elsewhere).
         manifest = periods.read_manifest(warehouse, key) or {}
         closed_total = Decimal(manifest.get("total_unrounded", "0"))
@@ -71,7 +71,7 @@ def roll_up_month(
             reconcile(lines, pool, period, config.minor_unit),
             [],
             closed=True,
-            adjustment_count=len(adjustments),
+            adjustment_count=len(corrections),
         )
     lines, found = adjustments.roll_up(config, warehouse, period, lambda t, d: read_mart(warehouse, t, d))
     warehouse.write_period(MARTS, "invoice_lines", key, lines)
