@@ -19,7 +19,7 @@ def test_demo_prints_reconciled_invoices_and_writes_csvs(
 ) -> None:
     assert main(["demo", "--out", str(tmp_path), "--days", "1"]) == 0
     printed = capsys.readouterr().out
-    assert "R13 conservation" in printed and "exact" in printed
+    assert "Conservation: charged" in printed and "exact" in printed
     assert "reconciled" in printed
     for bucket in ("__idle__", "__unallocated__", "ml-training", "unschedulable", "mig_unpartitioned"):
         assert bucket in printed
@@ -79,7 +79,7 @@ def test_run_rejects_an_end_before_start(tmp_path: Path, capsys: pytest.CaptureF
 def test_run_rejects_a_cluster_the_config_does_not_have(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from gpumeter.cli.main import write_demo_config
+    from gpumeter.cli.demo import write_demo_config
 
     config = write_demo_config(tmp_path)
     argv = ["run", "--config", str(config), "--start", "2026-11-01", "--end", "2026-11-01"]

@@ -51,10 +51,8 @@ def warnings_of(text: str) -> list[tuple[str, str]]:
 
 
 def _cli_main() -> Any:
-    try:
-        from gpumeter.cli.main import main
-    except ImportError as exc:  # gpumeter.cli.main imports modules another engineer may still be writing
-        pytest.skip(f"gpumeter.cli.main is not importable yet: {exc}")
+    from gpumeter.cli.main import main
+
     return main
 
 

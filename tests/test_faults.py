@@ -29,7 +29,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
-from gpumeter.cli.main import write_demo_config
+from gpumeter.cli.demo import write_demo_config
 from gpumeter.config import PrometheusSource, load_config
 from gpumeter.ingest.contract import SourceError, day_bounds_ms, lookback_ms
 from gpumeter.ingest.parquet import ParquetRawSource

@@ -16,7 +16,7 @@ import pytest
 
 from gpumeter.billing.invoices import Period
 from gpumeter.billing.periods import exports_dir, stored_lines
-from gpumeter.cli.main import write_demo_config
+from gpumeter.cli.demo import write_demo_config
 from gpumeter.config import ConfigError, load_config, parse_config
 from gpumeter.models.project import load_models
 from gpumeter.pipelines.launch import invoice_month, meter_days

@@ -206,7 +206,8 @@ def test_close_without_lines_says_what_to_run(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_close_then_late_samples_end_to_end(tmp_path: Path) -> None:
-    from gpumeter.cli.main import main, write_demo_config
+    from gpumeter.cli.demo import write_demo_config
+    from gpumeter.cli.main import main
     from gpumeter.config import load_config
     from gpumeter.pipelines.launch import invoice_month, meter_days
     from gpumeter_sim import factory as simulator

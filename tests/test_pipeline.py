@@ -10,7 +10,7 @@ import pytest
 from dagster import AssetKey, DagsterInstance, build_schedule_context
 
 from gpumeter.billing.periods import invoice_lines_path
-from gpumeter.cli.main import write_demo_config
+from gpumeter.cli.demo import write_demo_config
 from gpumeter.config import load_config
 from gpumeter.pipelines.definitions import INVOICE_MONTH_JOB, METER_DAY_JOB, build_definitions
 from gpumeter.pipelines.launch import QUIET, RunFailed, invoice_month, meter_days

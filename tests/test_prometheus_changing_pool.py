@@ -22,7 +22,7 @@ import pytest
 import yaml
 
 from gpumeter.billing.periods import invoice_lines_path
-from gpumeter.cli.main import write_demo_config, write_prometheus_demo_config
+from gpumeter.cli.demo import write_demo_config, write_prometheus_demo_config
 from gpumeter.config import load_config
 from gpumeter.pipelines.launch import invoice_month, meter_days
 from gpumeter.storage.paths import MARTS

@@ -25,8 +25,9 @@ import pytest
 
 from gpumeter.billing.month import read_mart
 from gpumeter.billing.periods import exports_dir, invoice_lines_path
-from gpumeter.cli import main as cli
-from gpumeter.cli.main import write_demo_config, write_demo_k8s_objects, write_prometheus_demo_config
+from gpumeter.cli import demo as cli_demo
+from gpumeter.cli.demo import write_demo_config, write_demo_k8s_objects, write_prometheus_demo_config
+from gpumeter.cli.main import main as cli_main
 from gpumeter.config import load_config
 from gpumeter.pipelines.launch import RunFailed, invoice_month, meter_days
 from gpumeter.storage.paths import MARTS
@@ -206,9 +207,16 @@ def test_demo_prometheus_end_to_end(
     """`gpumeter demo --prometheus` on a small factory: the same code path as the command, whose only
     difference is the demo's factory (see the module docstring)."""
     out = tmp_path / "demo"
-    assert cli.demo_prometheus(out, SMALL) == 0
+    assert cli_demo.demo_prometheus(out, SMALL) == 0
     printed = capsys.readouterr().out
-    for text in ("writing OpenMetrics", "promtool backfill", "done in", "Charges (R9)", "R13 conservation"):
+    for text in (
+        "writing OpenMetrics",
+        "promtool backfill",
+        "done in",
+        "Charges",
+        "Where capacity went",
+        "Conservation",
+    ):
         assert text in printed, text
     assert "reconciled" in printed
     config = load_config(out / "config.yaml")
@@ -221,7 +229,7 @@ def test_demo_prometheus_end_to_end(
 
     # A re-run backfills into a fresh TSDB (no second copy of the blocks) and gives the same invoices.
     first = (out / "invoices" / f"invoice_lines_{PERIOD}_all.csv").read_bytes()
-    assert cli.demo_prometheus(out, SMALL) == 0
+    assert cli_demo.demo_prometheus(out, SMALL) == 0
     assert (out / "invoices" / f"invoice_lines_{PERIOD}_all.csv").read_bytes() == first
     assert _prometheus_pids(out / "prometheus-tsdb") == []
 
@@ -229,13 +237,13 @@ def test_demo_prometheus_end_to_end(
 def test_demo_prometheus_stops_prometheus_when_metering_fails(
     tmp_path: Path, dagster_home: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    def fail(config_path: Path, days: list[date], clusters: list[str] | None = None) -> list[str]:
+    def fail(config_path: Path, days: list[date], clusters: list[str] | None = None) -> bool:
         assert _prometheus_pids(tmp_path / "demo" / "prometheus-tsdb"), "the server runs while metering"
         raise RunFailed("meter_day cluster demo day 2026-11-01: boom")
 
-    monkeypatch.setattr(cli, "_meter", fail)
+    monkeypatch.setattr(cli_demo, "meter_and_invoice", fail)
     with pytest.raises(RunFailed, match="boom"):
-        cli.demo_prometheus(tmp_path / "demo", SMALL)
+        cli_demo.demo_prometheus(tmp_path / "demo", SMALL)
     assert _prometheus_pids(tmp_path / "demo" / "prometheus-tsdb") == []
 
 
@@ -243,9 +251,9 @@ def test_demo_prometheus_defaults_to_one_day_of_the_demo_factory(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     seen: list[simulator.FactorySpec] = []
-    monkeypatch.setattr(cli, "demo_prometheus", lambda out, spec: seen.append(spec) or 0)
-    assert cli.main(["demo", "--prometheus", "--out", str(tmp_path)]) == 0
-    assert cli.main(["demo", "--prometheus", "--out", str(tmp_path), "--days", "3"]) == 0
+    monkeypatch.setattr(cli_demo, "demo_prometheus", lambda out, spec: seen.append(spec) or 0)
+    assert cli_main(["demo", "--prometheus", "--out", str(tmp_path)]) == 0
+    assert cli_main(["demo", "--prometheus", "--out", str(tmp_path), "--days", "3"]) == 0
     demo = simulator.demo_spec()
     assert seen[0] == simulator.FactorySpec(**{**demo.__dict__, "days": 1})
     assert seen[1].days == 3 and seen[1].scrape_interval_s == demo.scrape_interval_s
@@ -253,7 +261,7 @@ def test_demo_prometheus_defaults_to_one_day_of_the_demo_factory(
 
 def test_demo_help_says_the_prometheus_default(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit):
-        cli.main(["demo", "--help"])
+        cli_main(["demo", "--help"])
     text = " ".join(capsys.readouterr().out.split())
     assert "--prometheus" in text
     assert "with --prometheus: 1" in text

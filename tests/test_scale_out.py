@@ -32,7 +32,7 @@ from dagster import (
     execute_job,
 )
 
-from gpumeter.cli.main import write_demo_config
+from gpumeter.cli.demo import write_demo_config
 from gpumeter.config import load_config
 from gpumeter.pipelines.definitions import METER_DAY_JOB, build_definitions
 from gpumeter.pipelines.launch import RunFailed, meter_days

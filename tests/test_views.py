@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from gpumeter.billing.focus import focus_csv
 from gpumeter.billing.invoices import Period, invoice_csv
 from gpumeter.billing.periods import close_period, invoice_lines_path
-from gpumeter.cli.main import write_demo_config
+from gpumeter.cli.demo import write_demo_config
 from gpumeter.config import IDLE, UNALLOCATED, Config, ConfigError, load_config, parse_config
 from gpumeter.pipelines.launch import invoice_month, meter_days
 from gpumeter.storage.paths import MARTS

@@ -4,9 +4,10 @@ exactly the job the schedule runs (one code path): one meter_day run per (cluste
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from datetime import date
+from typing import Any
 
 from dagster import DagsterInstance, ExecuteInProcessResult
 
@@ -24,12 +25,29 @@ QUIET = {"loggers": {"console": {"config": {"log_level": "ERROR"}}}}
 
 
 @dataclass(frozen=True)
+class CheckOutcome:
+    """One asset check evaluated by a run, with its metadata as plain values."""
+
+    passed: bool
+    severity: str  # ERROR | WARN
+    metadata: dict[str, Any]
+
+
+@dataclass(frozen=True)
 class RunOutcome:
+    """What a run of a gpumeter job reports: its checks and what its assets recorded, so that a caller renders
+    what the pipeline computed instead of computing it again."""
+
     partition: str  # the partition key: `<cluster>|<YYYY-MM-DD>` for meter_day, `<YYYY-MM>-01` for a month
     run_id: str
-    failed_checks: list[str]
+    checks: dict[str, CheckOutcome] = field(default_factory=dict)
+    materialized: dict[str, dict[str, Any]] = field(default_factory=dict)  # asset name -> its metadata
     cluster: str | None = None  # set for a meter_day run
     day: date | None = None
+
+    @property
+    def failed_checks(self) -> list[str]:
+        return [f"{name} ({check.severity})" for name, check in self.checks.items() if not check.passed]
 
 
 def _instance() -> DagsterInstance:
@@ -48,12 +66,27 @@ def _failure(result: ExecuteInProcessResult) -> str:
     return "the run failed; see the Dagster event log"
 
 
-def _failed_checks(result: ExecuteInProcessResult) -> list[str]:
-    failed = []
-    for evaluation in result.get_asset_check_evaluations():
-        if not evaluation.passed:
-            failed.append(f"{evaluation.check_name} ({evaluation.severity.value})")
-    return failed
+def _plain(metadata: Mapping[str, Any]) -> dict[str, Any]:
+    """Dagster metadata values as the plain values they hold (a MetadataValue keeps it in `.value`)."""
+    return {key: getattr(value, "value", value) for key, value in metadata.items()}
+
+
+def _checks(result: ExecuteInProcessResult) -> dict[str, CheckOutcome]:
+    return {
+        evaluation.check_name: CheckOutcome(
+            evaluation.passed, evaluation.severity.value, _plain(evaluation.metadata)
+        )
+        for evaluation in result.get_asset_check_evaluations()
+    }
+
+
+def _materialized(result: ExecuteInProcessResult) -> dict[str, dict[str, Any]]:
+    found = {}
+    for event in result.get_asset_materialization_events():
+        materialization = event.step_materialization_data.materialization
+        if materialization is not None:
+            found[materialization.asset_key.to_user_string()] = _plain(materialization.metadata)
+    return found
 
 
 def _execute(
@@ -65,7 +98,7 @@ def _execute(
     )
     if not result.success:
         raise RunFailed(f"{job_name} {label or partition}: {_failure(result)}")
-    return RunOutcome(partition, result.run_id, _failed_checks(result))
+    return RunOutcome(partition, result.run_id, _checks(result), _materialized(result))
 
 
 def meter_days(

@@ -1,0 +1,186 @@
+"""The commands of a deployed gpumeter: check a config, meter days, roll up and export a month, close and
+reopen it, open the dashboard. Metering and invoicing run the Dagster jobs the schedules run
+(gpumeter.pipelines.launch, imported where used so that the other commands never load Dagster)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+from datetime import date, timedelta
+from pathlib import Path
+
+from rich.markup import escape
+
+from gpumeter.billing.invoices import Period
+from gpumeter.billing.periods import close_period, exports_dir, is_closed, read_manifest, reopen_period
+from gpumeter.cli import render
+from gpumeter.cli.render import console
+from gpumeter.config import (
+    CONFIG_ENV,
+    DEMO_DIR,
+    EXAMPLE_CONFIG,
+    config_schema,
+    config_warnings,
+    load_config,
+    select_clusters,
+)
+from gpumeter.storage.warehouse import Warehouse
+from gpumeter.views.summary import pool_summary
+
+
+class CliError(Exception):
+    """An error to print as one line (plus what to do) and exit 2."""
+
+
+def days_between(start: date, end: date) -> list[date]:
+    if end < start:
+        raise CliError(f"--end {end} is before --start {start}")
+    return [start + timedelta(days=i) for i in range((end - start).days + 1)]
+
+
+def _periods(days: list[date]) -> list[str]:
+    return sorted({str(Period.of(d)) for d in days})
+
+
+# --- metering and the summary --------------------------------------------------------------------
+
+
+def meter_and_invoice(config_path: Path, days: list[date], clusters: list[str] | None = None) -> bool:
+    """The meter_day job for each (cluster, day) partition (default: every cluster of the config), the
+    invoice_month job for each month touched, then what they computed: charges, where capacity went, the
+    conservation check of each day and each month's reconciliation. True when all of it holds."""
+    from gpumeter.pipelines.launch import invoice_month, meter_days
+
+    config = load_config(config_path)
+    names = select_clusters(config, clusters)
+    with render.progress() as bar:
+        task = bar.add_task(
+            f"metering {len(names)} cluster(s) x {len(days)} day(s)", total=len(days) * len(names)
+        )
+        metered = meter_days(str(config_path), days, on_day=lambda _: bar.advance(task), clusters=names)
+    months = [invoice_month(str(config_path), period) for period in _periods(days)]
+    render.failed_checks(metered)
+
+    warehouse = Warehouse.of(config.warehouse)
+    summary = pool_summary(warehouse, days[0], days[-1])
+    render.pool_header(config.pool, summary)
+    render.charges_table(summary, config.currency)
+    render.capacity_table(summary)
+    ok = render.conservation(metered, config.currency)
+    for outcome in months:
+        period = outcome.partition[:7]
+        closed = (
+            render.closed_line(read_manifest(warehouse, period), period)
+            if is_closed(warehouse, period)
+            else None
+        )
+        ok = render.month(outcome, config.currency, closed) and ok
+    return ok
+
+
+def copy_exports(config_path: Path, periods: list[str], out: Path) -> list[Path]:
+    """The months' export files, copied from the warehouse (local or an object store) to `out`."""
+    warehouse = Warehouse.of(load_config(config_path).warehouse)
+    out.mkdir(parents=True, exist_ok=True)
+    copied = []
+    for period in periods:
+        for path in sorted(exports_dir(warehouse, period).glob("*"), key=str):
+            if path.name.startswith(".") or not path.is_file():
+                continue
+            (out / path.name).write_bytes(path.read_bytes())
+            copied.append(out / path.name)
+    return copied
+
+
+def copy_invoices(config_path: Path, days: list[date], out: Path) -> Path:
+    """The invoices of the days' months, copied to `out/invoices`."""
+    copy_exports(config_path, _periods(days), out / "invoices")
+    return out / "invoices"
+
+
+# --- commands ------------------------------------------------------------------------------------
+
+
+def cmd_config_check(args: argparse.Namespace) -> int:
+    config = load_config(args.file)
+    problems = config_warnings(config)
+    for place, message in problems:
+        console.print(f"[yellow]warning[/] {escape(f'{args.file}: {place}: {message}')}")
+    console.print(
+        f"[green]ok[/] {args.file}: {len(config.clusters)} cluster(s), {len(config.tenants)} tenant(s), "
+        f"{len(config.rate_card.models)} priced GPU model(s), {len(problems)} warning(s)"
+    )
+    return 0
+
+
+def cmd_config_schema(_: argparse.Namespace) -> int:
+    sys.stdout.write(json.dumps(config_schema(), indent=2) + "\n")
+    return 0
+
+
+def cmd_config_example(args: argparse.Namespace) -> int:
+    sys.stdout.write(f"{EXAMPLE_CONFIG}\n" if args.path else EXAMPLE_CONFIG.read_text(encoding="utf-8"))
+    return 0
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    config_path = Path(args.config)
+    load_config(config_path)  # fail fast, with every problem, before Dagster starts
+    return 0 if meter_and_invoice(config_path, days_between(args.start, args.end), args.cluster) else 1
+
+
+def cmd_invoices(args: argparse.Namespace) -> int:
+    from gpumeter.pipelines.launch import invoice_month
+
+    config_path = Path(args.config)
+    warehouse = Warehouse.of(load_config(config_path).warehouse)
+    invoice_month(str(config_path), args.period)  # a closed period is left as closed (R16)
+    files = copy_exports(config_path, [args.period], Path(args.out))
+    render.exports(files, f"Invoice files {args.period}")
+    console.print(render.closed_line(read_manifest(warehouse, args.period), args.period))
+    return 0
+
+
+def cmd_close(args: argparse.Namespace) -> int:
+    from gpumeter.pipelines.launch import invoice_month
+
+    config_path = Path(args.config)
+    config = load_config(config_path)
+    warehouse = Warehouse.of(config.warehouse)
+    if not is_closed(warehouse, args.period):
+        invoice_month(str(config_path), args.period)  # close what the stored days say now
+    manifest = close_period(config, warehouse, Period.parse(args.period), by=args.by, reason=args.reason)
+    render.closed_invoices(manifest, args.period)
+    console.print(
+        "Its invoices never change now; data arriving later for it is billed in the next open month as "
+        "`adjustment` lines."
+    )
+    return 0
+
+
+def cmd_reopen(args: argparse.Namespace) -> int:
+    config = load_config(Path(args.config))
+    event = reopen_period(
+        Warehouse.of(config.warehouse), Period.parse(args.period), reason=args.reason, by=args.by
+    )
+    console.print(
+        f"{args.period}: [yellow]reopened[/] {event['at']} by {escape(event['by'])}: {escape(event['reason'])}\n"
+        f"Run `gpumeter invoices --period {args.period}` to roll it up again, then close it."
+    )
+    return 0
+
+
+def cmd_dashboard(args: argparse.Namespace) -> int:
+    """Run the Streamlit dashboard (its script ships in the package) on a config's warehouse."""
+    from gpumeter.dashboard import APP
+
+    config_path = Path(args.config) if args.config else DEMO_DIR / "config.yaml"
+    load_config(config_path)  # every problem now, not in the browser
+    env = {**os.environ, CONFIG_ENV: str(config_path.resolve())}
+    command = [sys.executable, "-m", "streamlit", "run", str(APP), "--server.address", args.host]
+    command += ["--server.port", str(args.port), "--browser.gatherUsageStats", "false"]
+    console.print(f"gpumeter dashboard on http://{args.host}:{args.port} for {config_path} (Ctrl-C stops it)")
+    return subprocess.call(command, env=env)

@@ -1,0 +1,182 @@
+"""What the command line prints: tables a person can read, built from what the pipeline and the views return.
+Nothing here computes a figure of its own."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterable, Sequence
+from decimal import Decimal
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from rich.console import Console
+from rich.markup import escape
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from gpumeter.config import IDLE
+from gpumeter.storage import paths
+from gpumeter.views.summary import PoolSummary
+
+if TYPE_CHECKING:  # Dagster loads only for the commands that run jobs
+    from gpumeter.pipelines.launch import RunOutcome
+
+# Piped output (CI logs, files) gets a width that fits the tables instead of rich's 80 columns.
+console = Console(highlight=False, width=None if sys.stdout.isatty() else 110)
+err = Console(stderr=True, highlight=False)
+
+# The names the metering job's asset checks and the invoice asset report under (gpumeter.pipelines).
+CONSERVATION_CHECK = "conservation_r13"
+INVOICE_LINES_ASSET = "invoice_lines"
+
+
+def money(amount: object, currency: str) -> str:
+    return f"{Decimal(str(amount)):,.2f} {currency}"
+
+
+def progress() -> Progress:
+    return Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console,
+        transient=False,
+    )
+
+
+def pool_header(pool: str, summary: PoolSummary) -> None:
+    console.print(
+        f"\n[bold]{escape(pool)}[/]: {summary.days} day(s) {summary.first_day} .. {summary.last_day}, "
+        f"{summary.observed_gpu_hours:,.1f} observed GPU-hours, "
+        f"{summary.unobserved_gpu_hours:,.1f} unobserved (reported, not billed)"
+    )
+
+
+def charges_table(summary: PoolSummary, currency: str) -> None:
+    table = Table(title="Charges", title_justify="left")
+    # Bucket names must stay whole: __unallocated__ is a line finance looks for.
+    for column, justify in (
+        ("tenant", "left"),
+        ("cost center", "left"),
+        ("GPU-hours", "right"),
+        ("efficiency", "right"),
+        ("amount", "right"),
+        ("share", "right"),
+    ):
+        table.add_column(column, justify=justify, no_wrap=True)  # type: ignore[arg-type]
+    for charge in summary.charges:
+        share = float(charge.amount / summary.pool_cost) if summary.pool_cost else 0.0
+        efficiency = "" if charge.efficiency is None or charge.tenant == IDLE else f"{charge.efficiency:.0%}"
+        table.add_row(
+            charge.tenant,
+            charge.cost_center or "",
+            f"{charge.gpu_hours:,.1f}",
+            efficiency,
+            money(charge.amount, currency),
+            f"{share:.1%}",
+        )
+    table.add_section()
+    table.add_row(
+        "pool cost", "", f"{summary.observed_gpu_hours:,.1f}", "", money(summary.pool_cost, currency), "100%"
+    )
+    console.print(table)
+
+
+def capacity_table(summary: PoolSummary) -> None:
+    table = Table(title="Where capacity went", title_justify="left")
+    table.add_column("category")
+    table.add_column("GPU-hours", justify="right")
+    table.add_column("% of capacity", justify="right")
+    table.add_column("stranded", justify="center")
+    total = sum(summary.capacity_hours.values()) or 1.0
+    for category, hours in summary.capacity_hours.items():
+        stranded = "" if category == "allocated_active" else "yes"
+        table.add_row(category, f"{hours:,.1f}", f"{hours / total:.1%}", stranded)
+    table.add_section()
+    table.add_row("stranded", f"{summary.stranded_hours:,.1f}", f"{summary.stranded_hours / total:.1%}", "")
+    console.print(table)
+
+
+def conservation(days: Sequence[RunOutcome], currency: str) -> bool:
+    """The conservation check of every metered (cluster, day), summed: what tenants, __unallocated__ and
+    __idle__ were charged against the pool cost. True when every day's check passed."""
+    charged = pool = Decimal(0)
+    passed = True
+    for outcome in days:
+        check = outcome.checks.get(CONSERVATION_CHECK)
+        if check is None:
+            continue
+        passed = passed and check.passed
+        for figures in check.metadata.get("clusters", {}).values():
+            charged += Decimal(figures["charged"])
+            pool += Decimal(figures["pool_cost"])
+    verdict = "[green]exact[/]" if passed and charged == pool else f"[red]off by {charged - pool}[/]"
+    console.print(
+        f"Conservation: charged {money(charged, currency)} = pool cost {money(pool, currency)}: {verdict}"
+    )
+    return passed and charged == pool
+
+
+def month(outcome: RunOutcome, currency: str, closed_status: str | None) -> bool:
+    """One month's invoice run: its lines and whether they reconcile with the pool cost after rounding. A
+    closed month was left untouched; `closed_status` says what it was closed as."""
+    period = outcome.partition[:7]
+    if closed_status is not None:
+        console.print(f"Invoices {closed_status}")
+        return True
+    recorded = outcome.materialized.get(INVOICE_LINES_ASSET, {})
+    adjustments = recorded.get("adjustment_lines", 0)
+    reconciles = bool(recorded.get("reconciles", False))
+    console.print(
+        f"Invoices {period}: {recorded.get('lines', 0)} lines"
+        + (f" ({adjustments} adjustments of closed periods)" if adjustments else "")
+        + f", {money(recorded.get('invoiced_rounded', 0), currency)} rounded against pool cost "
+        + f"{money(recorded.get('pool_cost', 0), currency)}: "
+        + ("[green]reconciled[/]" if reconciles else "[red]do not reconcile[/]")
+    )
+    return reconciles
+
+
+def failed_checks(days: Iterable[RunOutcome]) -> None:
+    """One line per check that failed, naming the partitions it failed on."""
+    failed: dict[str, list[str]] = {}
+    for outcome in days:
+        for check in outcome.failed_checks:
+            failed.setdefault(check, []).append(f"{outcome.cluster} {outcome.day}")
+    for check, on in failed.items():
+        where = ", ".join(on) if len(on) <= 4 else f"{on[0]} .. {on[-1]}"
+        console.print(
+            f"[yellow]check[/] {escape(f'{check} on {len(on)} (cluster, day) partition(s): {where}')}"
+        )
+
+
+def exports(files: Iterable[Path], title: str) -> None:
+    table = Table(title=title, title_justify="left")
+    table.add_column("file", no_wrap=True)
+    table.add_column("kind")
+    table.add_column("rows", justify="right")
+    for path in files:
+        rows = str(sum(1 for _ in path.open(encoding="utf-8")) - 1) if path.suffix == ".csv" else ""
+        table.add_row(str(path), paths.export_kind(path.name), rows)
+    console.print(table)
+
+
+def closed_line(manifest: dict | None, period: str) -> str:
+    """A period's status as one line: draft, or closed with when, by whom, its total and content hash."""
+    if not manifest:
+        return f"{period}: [yellow]draft[/] (close it with `gpumeter close --period {period}`)"
+    return (
+        f"{period}: [green]closed[/] {manifest['closed_at']} by {escape(str(manifest['closed_by']))}, "
+        f"{manifest['line_count']} lines, total {manifest['total']} {manifest['currency']}, "
+        f"sha256 {manifest['content_hash']}"
+    )
+
+
+def closed_invoices(manifest: dict, period: str) -> None:
+    table = Table(title=f"Closed {period}", title_justify="left")
+    table.add_column("invoice", no_wrap=True)
+    for invoice in manifest["invoice_ids"]:
+        table.add_row(invoice)
+    console.print(table)
+    console.print(closed_line(manifest, period))
