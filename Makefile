@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: venv demo demo-prometheus test lint dagster-ui dashboard clean
+.PHONY: venv demo demo-prometheus test lint package-check dagster-ui dashboard clean
 
 $(STAMP): requirements.lock pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -25,6 +25,10 @@ demo-prometheus: $(STAMP)
 test: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest -q
+
+# Build the wheel, install it in a clean virtualenv and run a one-day demo from outside the checkout.
+package-check: $(STAMP)
+	bash .ci/package-check
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

@@ -16,12 +16,14 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import yaml
 
 from gpumeter.ingest.contract import RawDay, day_bounds_ms
 from gpumeter.ingest.schema import (
@@ -521,3 +523,12 @@ def _slices_document(rows: list[dict[str, Any]]) -> dict[str, Any]:
         attributes = {a: {"string": r[c]} for a, c in names.items() if r.get(c) is not None}
         item["spec"]["devices"].append({"name": r["device"], "attributes": attributes})
     return {"apiVersion": "v1", "kind": "List", "items": list(slices.values())}
+
+
+def edit_config(path: Path, change: Callable[[dict[str, Any]], None], to: Path | None = None) -> Path:
+    """A config file changed as YAML data, the way a person edits it, written to `to` (default: in place)."""
+    doc = yaml.safe_load(path.read_text(encoding="utf-8"))
+    change(doc)
+    target = to or path
+    target.write_text(yaml.safe_dump(doc, sort_keys=False), encoding="utf-8")
+    return target

@@ -422,12 +422,16 @@ def test_relative_paths_are_relative_to_the_config_file(
     assert config.warehouse.path == str((conf_dir / "wh").resolve())
 
 
-def test_the_example_paths_point_next_to_the_repo() -> None:
-    config = load_config(EXAMPLE)
+def test_the_example_paths_are_beside_the_config_it_is_copied_to(tmp_path: Path) -> None:
+    """Relative paths are relative to the config file: the example copied into a folder reads the source and
+    warehouse of that folder (what `gpumeter demo` relies on)."""
+    copy = tmp_path / "config.yaml"
+    copy.write_text(EXAMPLE.read_text(encoding="utf-8"), encoding="utf-8")
+    config = load_config(copy)
     source = config.clusters[0].source
     assert isinstance(source, ParquetSource)
-    assert source.path == str((REPO / ".gpumeter" / "demo" / "source").resolve())
-    assert config.warehouse.path == str((REPO / ".gpumeter" / "demo" / "warehouse").resolve())
+    assert source.path == str(tmp_path / "source")
+    assert config.warehouse.path == str(tmp_path / "warehouse")
 
 
 def test_parse_config_without_a_base_dir_keeps_paths_as_written() -> None:

@@ -19,7 +19,7 @@ from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from gpumeter.cli import render
 from gpumeter.cli.commands import CliError, copy_invoices, meter_and_invoice
 from gpumeter.cli.render import console
-from gpumeter.config import EXAMPLE_CONFIG, PrometheusSource, load_config
+from gpumeter.config import EXAMPLE_CONFIG, Config, PrometheusSource, load_config, parse_config
 from gpumeter.storage import paths
 
 # `demo --prometheus`: promtool's backfill is the long step (about this many seconds per simulated day of the
@@ -29,7 +29,7 @@ BACKFILL_SECONDS_PER_DEMO_DAY = 15
 
 
 def cmd_simulate(args: argparse.Namespace) -> int:
-    from gpumeter_sim import factory as simulator
+    import gpumeter_sim as simulator
 
     spec = simulator.demo_spec()
     overrides = {
@@ -49,7 +49,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
 
 def _print_factory(spec: object) -> None:
     """What the simulated factory contains: its GPUs and, one line each, how its pool changes."""
-    from gpumeter_sim import factory as simulator
+    import gpumeter_sim as simulator
 
     assert isinstance(spec, simulator.FactorySpec)
     layout = simulator.factory_layout(spec)
@@ -72,16 +72,33 @@ def _print_factory(spec: object) -> None:
         console.print(f"  {escape(line)}")
 
 
-def write_demo_config(out: Path) -> Path:
-    """The example config, written beside the demo's source/ and warehouse/ (its relative paths point there)."""
-    out.mkdir(parents=True, exist_ok=True)
-    path = out / "config.yaml"
-    path.write_text(EXAMPLE_CONFIG.read_text(encoding="utf-8"), encoding="utf-8")
+def demo_config(out: Path) -> Config:
+    """The example config for a demo in `out`: its source and warehouse are `out`/source and `out`/warehouse."""
+    return parse_config(
+        EXAMPLE_CONFIG.read_text(encoding="utf-8"), str(EXAMPLE_CONFIG), base_dir=out.resolve()
+    )
+
+
+def write_config(path: Path, config: Config, header: str) -> Path:
+    """A config written from its pydantic model (what was set, nothing defaulted), checked to read back."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    body = yaml.safe_dump(config.model_dump(mode="json", exclude_unset=True), sort_keys=False)
+    path.write_text(
+        f"{header}\n# Every field: docs/config.md; the example with comments: `gpumeter config example`.\n{body}"
+    )
+    load_config(path)
     return path
 
 
+def write_demo_config(out: Path) -> Path:
+    """`out`/config.yaml: the example config for the demo's source and warehouse in `out`."""
+    return write_config(
+        out / "config.yaml", demo_config(out), "# The demo's config, written by `gpumeter demo`."
+    )
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
-    from gpumeter_sim import factory as simulator
+    import gpumeter_sim as simulator
 
     out = Path(args.out)
     if getattr(args, "prometheus", False):
@@ -104,7 +121,9 @@ def cmd_demo(args: argparse.Namespace) -> int:
     invoices = copy_invoices(config_path, days, out)
     console.print(
         f"\nWritten: invoices in {invoices}/, marts in {out / 'warehouse'}/marts/, config {config_path}\n"
-        f"Next: `make dagster-ui` shows the lineage and these runs; "
+        f"Next: `gpumeter dashboard --config {config_path}` opens the dashboard; "
+        f"`DAGSTER_HOME={os.environ.get('DAGSTER_HOME', out / 'dagster')} GPUMETER_CONFIG={config_path} dagster dev -m "
+        "gpumeter.pipelines.definitions` shows the lineage and these runs; "
         f"`gpumeter run --config {config_path} --start {days[0]} --end {days[-1]}` re-runs the days."
     )
     return 0 if ok else 1
@@ -122,8 +141,7 @@ def write_prometheus_demo_config(
     `kind: prometheus` source reading `url`, and the DRA objects from files (they are Kubernetes objects, not
     metrics). `scrape_interval_s` replaces Δ when the simulated factory was scraped at another interval than
     the example's."""
-    path = write_demo_config(out)
-    example = load_config(path)
+    example = demo_config(out)
     cluster = example.clusters[0]
     source = PrometheusSource(
         kind="prometheus",
@@ -135,14 +153,11 @@ def write_prometheus_demo_config(
     update: dict[str, object] = {"clusters": [cluster.model_copy(update={"source": source})]}
     if scrape_interval_s is not None:
         update["scrape_interval_seconds"] = int(scrape_interval_s)
-    config = example.model_copy(update=update)
-    header = "# The demo config with a `kind: prometheus` source: written by `gpumeter demo --prometheus`.\n"
-    path.write_text(
-        header + yaml.safe_dump(config.model_dump(mode="json", exclude_unset=True), sort_keys=False),
-        encoding="utf-8",
+    return write_config(
+        out / "config.yaml",
+        example.model_copy(update=update),
+        "# The demo's config with a `kind: prometheus` source, written by `gpumeter demo --prometheus`.",
     )
-    load_config(path)  # what was written reads back
-    return path
 
 
 def write_demo_k8s_objects(
@@ -170,7 +185,7 @@ def write_demo_k8s_objects(
 
 
 def _use_demo_dagster_home(out: Path) -> None:
-    if "DAGSTER_HOME" not in os.environ:  # record the demo's runs where `make dagster-ui` shows them
+    if "DAGSTER_HOME" not in os.environ:  # record the demo's runs where `dagster dev` shows them
         home = (out / "dagster").resolve()
         home.mkdir(parents=True, exist_ok=True)
         if not (home / "dagster.yaml").exists():
@@ -180,7 +195,7 @@ def _use_demo_dagster_home(out: Path) -> None:
 
 def _backfill_estimate_s(spec: object) -> float:
     """promtool's time, scaled from the demo factory's ~15 s per day by samples (GPUs x scrapes)."""
-    from gpumeter_sim import factory as simulator
+    import gpumeter_sim as simulator
 
     demo = simulator.demo_spec()
     gpus = len(simulator.factory_layout(spec).gpus)  # type: ignore[arg-type]
@@ -196,7 +211,7 @@ def demo_prometheus(out: Path, spec: object) -> int:
     that on 127.0.0.1 (gpumeter_sim.promserver), write `out/config.yaml` with a `kind: prometheus` source at the
     server's URL, run the same Dagster jobs as `gpumeter demo` and print the same summary. The server is
     stopped when this returns, whether it succeeds or fails."""
-    from gpumeter_sim import factory as simulator
+    import gpumeter_sim as simulator
     from gpumeter_sim import openmetrics
     from gpumeter_sim.promserver import (
         PrometheusNotInstalled,
