@@ -188,7 +188,10 @@ class GpuModelPrice(_Model):
     )
     price_per_gpu_hour: float | None = Field(None, ge=0)
     mig_profiles: dict[Annotated[str, AfterValidator(_mig_profile_key)], Annotated[float, Field(ge=0)]] = (
-        Field(default_factory=dict, description="Explicit price per MIG instance-hour, by profile (R8).")
+        Field(
+            default_factory=dict,
+            description="Explicit price per MIG instance-hour, by profile (else weight × the GPU's price).",
+        )
     )
 
 
@@ -214,7 +217,9 @@ class RateCard(_Model):
     models: list[GpuModelPrice] = Field(default_factory=list)
     mig_catalog: list[MigFamily] = Field(default_factory=list)
     energy_price_per_kwh: float | None = Field(
-        None, ge=0, description="Price of one kWh of GPU energy; set, it adds `energy` lines (R10, R14)."
+        None,
+        ge=0,
+        description="Price of one kWh of GPU energy; set, invoices get `energy` lines (docs/tariffs.md).",
     )
 
 
@@ -272,7 +277,10 @@ class Tenant(_Model):
     def _not_reserved(cls, value: object) -> object:
         # Before the name pattern, so that `__idle__` is told it is reserved, not that it is misspelt.
         if value in RESERVED_BUCKETS:
-            raise ValueError(f"tenant name {value!r} is reserved for the bucket of that name (R7, R9)")
+            raise ValueError(
+                f"tenant name {value!r} is reserved for the bucket of that name (idle capacity or GPU time no "
+                "tenant claims, invoiced to nobody)"
+            )
         if isinstance(value, str) and tenant_slug(value) in _BUCKET_SLUGS:
             bucket = _BUCKET_SLUGS[tenant_slug(value)]
             what = "idle pool capacity" if bucket == IDLE else "GPU time no tenant claims"
@@ -398,7 +406,7 @@ class Config(_Model):
     currency: str = Field("USD", pattern=r"^[A-Z]{3}$")
     currency_minor_unit: int | None = Field(None, ge=0, le=4, validate_default=True)
     scrape_interval_seconds: int = Field(
-        30, gt=0, le=3600, description="Δ: the time one raw sample stands for (R1)."
+        30, gt=0, le=3600, description="Δ: the time one raw sample stands for, in seconds (docs/rules.md)."
     )
     kube_lookback_seconds: int = Field(
         300,
@@ -411,11 +419,12 @@ class Config(_Model):
     tenants: list[Tenant] = Field(default_factory=list)
     share: Literal["equal", "requested"] = Field(
         "equal",
-        description="R6: split a shared device equally, or by the holders' declared fractions (HAMi gpucores, KAI gpu-fraction).",
+        description="How a shared device is split among its holders: equally, or by their declared fractions "
+        "(HAMi gpucores, KAI gpu-fraction).",
     )
     idle_policy: Literal["platform", "proportional"] = "platform"
     tariff: Literal["reserved", "used", "hybrid"] = Field(
-        "reserved", description="R9/R10: pay held GPU-time, busy GPU-time, or a mix (docs/tariffs.md)."
+        "reserved", description="Pay held GPU-time, busy GPU-time, or a mix (docs/tariffs.md)."
     )
     hybrid: Hybrid | None = Field(None, description="The mix of tariff: hybrid.")
     idle_threshold: float = Field(0.05, ge=0, le=1)

@@ -291,7 +291,7 @@ def capacity(ctx: Context) -> None:
             yaxis={"autorange": "reversed"},
         )
         _chart(fig, "capacity-heatmap")
-    st.subheader("Where capacity went (R11)")
+    st.subheader("Where capacity went")
     stranded = ctx.views.stranded_capacity(ctx.viewer, ctx.filters)
     if stranded.is_empty():
         st.info("No capacity metered for these filters.")
@@ -382,7 +382,7 @@ def mig(ctx: Context) -> None:
 def idle(ctx: Context) -> None:
     st.title(f"Allocated but idle — {ctx.filters.period}")
     st.caption(
-        f"Holders ranked by what their allocated-idle samples cost (busy below {ctx.config.idle_threshold:.0%}, R11)."
+        f"Holders ranked by what their allocated-idle samples cost (held while busy below {ctx.config.idle_threshold:.0%})."
     )
     holders = ctx.views.idle_holders(ctx.viewer, ctx.filters)
     if holders.is_empty():
@@ -464,7 +464,7 @@ def data_quality(ctx: Context) -> None:
     table(ctx, quality, "data_quality")
     st.subheader("Days with no metered data")
     table(ctx, ctx.views.coverage_gaps(ctx.viewer, ctx.filters), "coverage_gaps")
-    st.subheader("Unmapped namespaces (charged to `__unallocated__`, R7)")
+    st.subheader("Unmapped namespaces (charged to `__unallocated__`: no tenant rule matches them)")
     table(
         ctx, ctx.views.unmapped_namespaces(ctx.viewer, ctx.filters), "unmapped_namespaces", money=("amount",)
     )

@@ -35,15 +35,15 @@ def _period(context: AssetExecutionContext) -> str:
     ],
     check_specs=[checks.INVOICE_LINES_CHECK],
     kinds={"python", "parquet"},
-    description="Monthly invoice lines per tenant (R12, R14), rolled up from the month's days, with the "
-    "adjustment lines it carries for closed periods (R16). A closed month is left untouched.",
+    description="Monthly invoice lines per tenant, rolled up from the month's days and rounded once per line, "
+    "with the adjustment lines it carries for closed periods. A closed month is left untouched.",
 )
 def invoice_lines(
     context: AssetExecutionContext, gpumeter: GpumeterConfigResource
 ) -> Iterator[MaterializeResult | AssetCheckResult]:
     summary = roll_up_month(gpumeter.config, gpumeter.warehouse, context.partition_key, with_exports=False)
     if summary.closed:
-        context.log.info(f"period {summary.period} is closed: its invoice lines are left untouched (R16)")
+        context.log.info(f"period {summary.period} is closed: its invoice lines are left untouched")
     yield MaterializeResult(
         metadata={
             "status": "closed, untouched" if summary.closed else "draft",
@@ -61,7 +61,7 @@ def invoice_lines(
 def _export(context: AssetExecutionContext, gpumeter: GpumeterConfigResource, kind: str) -> MaterializeResult:
     paths = export_month(gpumeter.config, gpumeter.warehouse, context.partition_key, kind)
     if not paths:
-        context.log.info(f"period {_period(context)} is closed: its {kind} exports are left untouched (R16)")
+        context.log.info(f"period {_period(context)} is closed: its {kind} exports are left untouched")
     return MaterializeResult(
         metadata={
             "status": "draft" if paths else "closed, untouched",

@@ -42,7 +42,7 @@ CHECK_SPECS = [
         "conservation_r13",
         asset="mart_tenant_daily_cost",
         blocking=True,
-        description="R13: tenants + __unallocated__ + __idle__ = pool cost, exactly, for the (cluster, day).",
+        description="Conservation: tenants + __unallocated__ + __idle__ = pool cost, exactly, for the (cluster, day).",
     ),
     AssetCheckSpec(
         "no_overbooked_device",
@@ -52,12 +52,12 @@ CHECK_SPECS = [
     AssetCheckSpec(
         "coverage",
         asset="mart_data_quality",
-        description="Observed GPU-seconds against those kube-state-metrics expects (R4).",
+        description="Observed GPU-seconds against those kube-state-metrics expects.",
     ),
     AssetCheckSpec(
         "unmapped_namespaces",
         asset="mart_device_seconds",
-        description="Holders in namespaces no tenant rule matches are charged to __unallocated__ (R7).",
+        description="Holders in namespaces no tenant rule matches are charged to __unallocated__.",
     ),
     AssetCheckSpec(
         "quarantined_samples",
@@ -215,14 +215,14 @@ INVOICE_LINES_CHECK = AssetCheckSpec(
     asset="invoice_lines",
     blocking=True,
     description="Each tenant's usage lines = its tenant daily costs of the period, exactly; adjustment lines "
-    "= the change in pool cost of the closed periods they correct (R14, R16). A closed period: its files "
+    "= the change in pool cost of the closed periods they correct. A closed period: its files "
     "are byte-identical to its manifest.",
 )
 INVOICE_CSV_CHECK = AssetCheckSpec(
     "invoice_csv_reconciles_r13",
     asset="invoice_csv",
     description="The all-tenants invoice-lines CSV sums to the pool cost (+ adjustments) within half a minor "
-    "unit per line (R12, R13).",
+    "unit per line.",
 )
 INVOICE_FOCUS_CHECK = AssetCheckSpec(
     "focus_billed_cost_total",

@@ -32,7 +32,7 @@ invoice_month_job = define_asset_job(
     INVOICE_MONTH_JOB,
     selection=AssetSelection.assets(*BILLING_ASSETS),
     description="Roll a month's days up to invoice lines (with adjustments for closed months) and write "
-    "its exports: invoice-lines CSVs, FOCUS, HTML invoices. A closed month is left untouched (R16).",
+    "its exports: invoice-lines CSVs, FOCUS, HTML invoices. A closed month is left untouched.",
 )
 
 
