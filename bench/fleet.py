@@ -88,7 +88,7 @@ class Workspace:
 
     @property
     def start(self) -> date:
-        from gpumeter_sim.factory import fleet_spec
+        from gpumeter_sim import fleet_spec
 
         return fleet_spec(self.gpus).start
 
@@ -130,7 +130,7 @@ def _day_samples(ws: Workspace, day: date) -> int:
 def step_generate(ws: Workspace) -> Measure:
     from gpumeter.config import load_config
     from gpumeter.ingest.contract import lookback_ms
-    from gpumeter_sim.factory import fleet_spec, write_parquet
+    from gpumeter_sim import fleet_spec, write_parquet
 
     config = load_config(write_config(ws))
     started = time.perf_counter()
@@ -243,7 +243,7 @@ def _prices(config_path: Path) -> dict[str, float]:
     """modelName -> price per GPU-hour, from the rate card the config resolves (R8)."""
     from gpumeter.config import load_config
     from gpumeter.models.catalog import resolve_device_class
-    from gpumeter_sim.factory import MODELS
+    from gpumeter_sim import MODELS
 
     config = load_config(config_path)
     return {
@@ -353,7 +353,7 @@ def replicate_month(day_ws: Workspace, month_ws: Workspace) -> int:
 
 def prometheus_tsdb(ws: Workspace) -> Path:
     """The fleet's days as OpenMetrics, backfilled with promtool (not measured: ~1 min per 36 GPU-days)."""
-    from gpumeter_sim.factory import fleet_spec, write_openmetrics
+    from gpumeter_sim import fleet_spec, write_openmetrics
     from gpumeter_sim.promserver import backfill
 
     tsdb = ws.root / "prometheus-tsdb"

@@ -21,7 +21,7 @@ from gpumeter.models.partition import read_raw_day
 from gpumeter.models.project import Model
 from gpumeter.models.runner import meter_day
 from gpumeter.storage.warehouse import Warehouse
-from gpumeter_sim.factory import FactorySpec
+from gpumeter_sim import FactorySpec
 
 
 def _operators(node: dict[str, Any], into: Counter[str]) -> None:

@@ -29,6 +29,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
+import gpumeter_sim as simulator
 from gpumeter.cli.demo import write_demo_config
 from gpumeter.config import PrometheusSource, load_config
 from gpumeter.ingest.contract import SourceError, day_bounds_ms, lookback_ms
@@ -40,7 +41,7 @@ from gpumeter.models.runner import meter_day
 from gpumeter.storage.files import WarehouseError, atomic_write_parquet
 from gpumeter.storage.paths import RAW
 from gpumeter.storage.warehouse import Warehouse
-from gpumeter_sim import factory as simulator
+from tests.builders import edit_config
 from tests.prometheus_fixtures import matrix_body
 from tests.test_rules import make_config
 
@@ -460,24 +461,18 @@ def small_factory(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("factory")
     spec = replace(simulator.demo_spec(), days=1, scrape_interval_s=300, h100_nodes=1, h200_nodes=1)
     simulator.write_parquet(spec, out / "source")
-    config = write_demo_config(out)
-    config.write_text(
-        config.read_text(encoding="utf-8").replace(
-            "scrape_interval_seconds: 30 ", "scrape_interval_seconds: 300 "
-        ),
-        encoding="utf-8",
-    )
+    config = edit_config(write_demo_config(out), lambda doc: doc.update(scrape_interval_seconds=300))
     assert load_config(config).scrape_interval_seconds == 300
     return config
 
 
 def _with_warehouse(config: Path, warehouse: Path) -> Path:
     """The factory's config with its own warehouse."""
-    text = config.read_text(encoding="utf-8")
-    old = str(load_config(config).warehouse.path)
-    path = warehouse.parent / f"{warehouse.name}.yaml"
-    path.write_text(text.replace(old, str(warehouse)), encoding="utf-8")
-    return path
+    return edit_config(
+        config,
+        lambda doc: doc["warehouse"].update(path=str(warehouse)),
+        to=warehouse.parent / f"{warehouse.name}.yaml",
+    )
 
 
 def _run_day(config: Path, env: dict[str, str] | None = None) -> subprocess.Popen[str]:

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+import gpumeter_sim as simulator
 from gpumeter.ingest.k8s_objects import (
     K8sObjectError,
     load_k8s_json,
@@ -21,7 +22,6 @@ from gpumeter.ingest.k8s_objects import (
 )
 from gpumeter.ingest.schema import RAW_DRA_ALLOCATIONS_SCHEMA, RAW_DRA_DEVICES_SCHEMA
 from gpumeter.storage.paths import snapshot_name
-from gpumeter_sim import factory as simulator
 
 
 def claim(name: str = "c1", pods: list[tuple[str, str]] | None = None, **result_overrides) -> dict:

@@ -25,10 +25,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_rules import H100, IDLE, UNALLOCATED, D, charges, factory, holder, make_config, meter, rows
 
+import gpumeter_sim as simulator
 from gpumeter.config import EXAMPLE_CONFIG, parse_config
 from gpumeter.ingest.parquet import ParquetRawSource
 from gpumeter.models.runner import meter_day
-from gpumeter_sim import factory as simulator
 from tests.builders import FactoryBuilder
 
 RESERVATION = ("kai-resource-reservation", "gpu-reservation-n1-x7k2p", "main")

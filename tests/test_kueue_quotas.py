@@ -16,10 +16,10 @@ from typing import Any
 import pytest
 import yaml
 
+import gpumeter_sim as simulator
 from gpumeter.config import ConfigError, parse_config
 from gpumeter.ingest.contract import day_bounds_ms
 from gpumeter.models.runner import meter_day
-from gpumeter_sim import factory as simulator
 from tests.test_properties import BASE_CONFIG, raw_day
 from tests.test_rules import H100, P1, P2, factory, make_config, meter, one, rows
 

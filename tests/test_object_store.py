@@ -14,6 +14,7 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
+import gpumeter_sim as simulator
 from gpumeter.billing.invoices import Period
 from gpumeter.billing.periods import exports_dir, stored_lines
 from gpumeter.cli.demo import write_demo_config
@@ -24,7 +25,7 @@ from gpumeter.storage.files import WarehouseError
 from gpumeter.storage.paths import MARTS, RAW
 from gpumeter.storage.warehouse import Warehouse
 from gpumeter.views.scoped import Filters, Views, local_viewer
-from gpumeter_sim import factory as simulator
+from tests.builders import edit_config
 
 moto_server = pytest.importorskip("moto.server")
 s3fs = pytest.importorskip("s3fs")
@@ -65,10 +66,8 @@ def _metered(out: Path, warehouse_path: str | None) -> Path:
         simulator.write_parquet(spec, out / "source")
     config_path = write_demo_config(out)
     if warehouse_path:
-        local = str((out / "warehouse").resolve())
-        text = config_path.read_text(encoding="utf-8")
-        assert local in text
-        config_path.write_text(text.replace(local, warehouse_path), encoding="utf-8")
+        assert load_config(config_path).warehouse.path == str((out / "warehouse").resolve())
+        edit_config(config_path, lambda doc: doc["warehouse"].update(path=warehouse_path))
     # The asset checks run on what was stored: on S3 they pass as they do locally (only warnings).
     (day,) = meter_days(str(config_path), [DAY])
     assert all(check.endswith("(WARN)") for check in day.failed_checks), day.failed_checks

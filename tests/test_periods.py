@@ -206,11 +206,11 @@ def test_close_without_lines_says_what_to_run(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_close_then_late_samples_end_to_end(tmp_path: Path) -> None:
+    import gpumeter_sim as simulator
     from gpumeter.cli.demo import write_demo_config
     from gpumeter.cli.main import main
     from gpumeter.config import load_config
     from gpumeter.pipelines.launch import invoice_month, meter_days
-    from gpumeter_sim import factory as simulator
 
     spec = simulator.FactorySpec(**{**simulator.demo_spec().__dict__, "days": 1, "start": D_NOV})
     simulator.write_parquet(spec, tmp_path / "source")

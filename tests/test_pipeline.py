@@ -9,6 +9,7 @@ import pyarrow.parquet as pq
 import pytest
 from dagster import AssetKey, DagsterInstance, build_schedule_context
 
+import gpumeter_sim as simulator
 from gpumeter.billing.periods import invoice_lines_path
 from gpumeter.cli.demo import write_demo_config
 from gpumeter.config import load_config
@@ -17,7 +18,7 @@ from gpumeter.pipelines.launch import QUIET, RunFailed, invoice_month, meter_day
 from gpumeter.pipelines.partitions import cluster_day_key
 from gpumeter.storage.paths import MARTS
 from gpumeter.storage.warehouse import Warehouse
-from gpumeter_sim import factory as simulator
+from tests.builders import edit_config
 
 pytestmark = pytest.mark.slow
 
@@ -150,11 +151,12 @@ def test_days_in_any_order_give_the_same_month_r15(demo_dir: Path, metered: Path
 def test_failed_run_leaves_stored_results_untouched(metered: Path, tmp_path: Path) -> None:
     """A GPU model with no price stops the run with one message; yesterday's files are unchanged."""
     before = _digest(_mart_files(metered))
-    broken = tmp_path / "no-price.yaml"
-    text = metered.read_text().replace(
-        'aliases: ["NVIDIA H200*"]\n      price_per_gpu_hour: 5.20', "aliases: []"
-    )
-    broken.write_text(text)
+
+    def unprice_h200(doc: dict) -> None:
+        (h200,) = [m for m in doc["rate_card"]["models"] if m["model"] == "H200-141GB"]
+        h200.update(aliases=[], price_per_gpu_hour=None)
+
+    broken = edit_config(metered, unprice_h200, to=tmp_path / "no-price.yaml")
     with pytest.raises(RunFailed, match=r"NVIDIA H200.*no price"):
         meter_days(str(broken), [DAYS[0]])
     assert _digest(_mart_files(metered)) == before
@@ -169,8 +171,11 @@ def test_malformed_claims_file_stops_with_its_name(demo_dir: Path, metered: Path
     claims = source / "k8s" / "cluster=demo" / "day=2026-11-01" / "resourceclaims.json"
     claims.parent.mkdir(parents=True)
     claims.write_text('{"apiVersion": "v1", "kind": "List", "items": [ {"metadata": ')
-    config_path = tmp_path / "config.yaml"
-    config_path.write_text(metered.read_text().replace(str(demo_dir / "source"), str(source)))
+    config_path = edit_config(
+        metered,
+        lambda doc: doc["clusters"][0]["source"].update(path=str(source)),
+        to=tmp_path / "config.yaml",
+    )
     before = _digest(_mart_files(metered))
     with pytest.raises(RunFailed, match="resourceclaims.json"):
         meter_days(str(config_path), [DAYS[0]])

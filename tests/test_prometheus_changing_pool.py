@@ -21,13 +21,13 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
+import gpumeter_sim as simulator
 from gpumeter.billing.periods import invoice_lines_path
 from gpumeter.cli.demo import write_demo_config, write_prometheus_demo_config
 from gpumeter.config import load_config
 from gpumeter.pipelines.launch import invoice_month, meter_days
 from gpumeter.storage.paths import MARTS
 from gpumeter.storage.warehouse import Warehouse
-from gpumeter_sim import factory as simulator
 from gpumeter_sim.promserver import PrometheusServer, backfill
 from tests.prometheus_fixtures import needs_prometheus
 

@@ -23,6 +23,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
+import gpumeter_sim as simulator
 from gpumeter.billing.month import read_mart
 from gpumeter.billing.periods import exports_dir, invoice_lines_path
 from gpumeter.cli import demo as cli_demo
@@ -32,8 +33,8 @@ from gpumeter.config import load_config
 from gpumeter.pipelines.launch import RunFailed, invoice_month, meter_days
 from gpumeter.storage.paths import MARTS
 from gpumeter.storage.warehouse import Warehouse
-from gpumeter_sim import factory as simulator
 from gpumeter_sim.promserver import PrometheusServer, backfill
+from tests.builders import edit_config
 from tests.prometheus_fixtures import needs_prometheus
 
 pytestmark = [pytest.mark.slow, needs_prometheus]
@@ -61,11 +62,8 @@ def _prometheus_pids(tsdb: Path) -> list[str]:
 
 
 def _set_scrape_interval(config_path: Path, seconds: int) -> None:
-    text = config_path.read_text(encoding="utf-8")
-    assert text.count("scrape_interval_seconds: 30 ") == 1
-    config_path.write_text(
-        text.replace("scrape_interval_seconds: 30 ", f"scrape_interval_seconds: {seconds} ")
-    )
+    assert load_config(config_path).scrape_interval_seconds == 30
+    edit_config(config_path, lambda doc: doc.update(scrape_interval_seconds=seconds))
 
 
 @dataclass(frozen=True)

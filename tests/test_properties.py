@@ -9,11 +9,11 @@ import pyarrow as pa
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+import gpumeter_sim as simulator
 from gpumeter.config import EXAMPLE_CONFIG, parse_config
 from gpumeter.ingest.contract import RawDay, lookback_ms
 from gpumeter.ingest.k8s_objects import parse_resource_claims, parse_resource_slices
 from gpumeter.models.runner import meter_day
-from gpumeter_sim import factory as simulator
 
 DAY = date(2026, 11, 1)
 BASE_CONFIG = parse_config(

@@ -32,6 +32,7 @@ from dagster import (
     execute_job,
 )
 
+import gpumeter_sim as simulator
 from gpumeter.cli.demo import write_demo_config
 from gpumeter.config import load_config
 from gpumeter.pipelines.definitions import METER_DAY_JOB, build_definitions
@@ -41,7 +42,7 @@ from gpumeter.storage.files import WarehouseError
 from gpumeter.storage.locks import LOCK_TIMEOUT_ENV
 from gpumeter.storage.paths import MARTS
 from gpumeter.storage.warehouse import Warehouse
-from gpumeter_sim import factory as simulator
+from tests.builders import edit_config
 
 pytestmark = pytest.mark.slow
 
@@ -104,14 +105,8 @@ def fleet_base(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def _copy(base: Path, name: str) -> Path:
     """A two-cluster config over a copy of the fleets' source, with its own warehouse."""
     shutil.copytree(base / "source", base / name / "source")
-    path = write_demo_config(base / name)
-    text = path.read_text(encoding="utf-8")
-    first = "clusters:\n  - name: demo\n"
-    source = f"    source:\n      kind: parquet\n      path: {base / name / 'source'}\n"
-    assert first in text
-    path.write_text(
-        text.replace(first, f"clusters:\n  - name: east\n{source}  - name: demo\n"), encoding="utf-8"
-    )
+    east = {"name": "east", "source": {"kind": "parquet", "path": str(base / name / "source")}}
+    path = edit_config(write_demo_config(base / name), lambda doc: doc["clusters"].insert(0, east))
     assert sorted(c.name for c in load_config(path).clusters) == sorted(CLUSTERS)
     return path
 

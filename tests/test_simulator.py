@@ -19,6 +19,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+import gpumeter_sim as simulator
 from gpumeter.ingest.k8s_objects import (
     load_k8s_json,
     parse_resource_claims,
@@ -36,7 +37,6 @@ from gpumeter.ingest.schema import (
     RAW_KUBE_SCHEMA,
 )
 from gpumeter.storage.paths import snapshot_name
-from gpumeter_sim import factory as simulator
 from gpumeter_sim import openmetrics
 
 DEMO = simulator.demo_spec()

@@ -38,6 +38,7 @@ SCRATCH = ".tmp"
 
 DATA_FILE = "data.parquet"  # one stored table partition
 PART_FILE = "part-{index:05d}.parquet"  # one part of a raw day written in parts
+LOOKBACK_FILE = "lookback-{index:05d}.parquet"  # a raw day's copy of the previous day's last seconds
 DAY_FILES_GLOB = f"cluster=*/day=*/{DATA_FILE}"
 
 # Kubernetes DRA objects: where the raw zone (and a Parquet source) keeps them, and the kinds kept.
