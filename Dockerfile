@@ -22,6 +22,10 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
     DAGSTER_HOME=/opt/dagster/home \
     GPUMETER_CONFIG=/etc/gpumeter/config.yaml
+# Pango and a font for the PDF invoices (WeasyPrint).
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends libpango-1.0-0 libpangoft2-1.0-0 fonts-dejavu-core \
+    && rm -rf /var/lib/apt/lists/*
 COPY requirements.lock /tmp/requirements.lock
 COPY --from=wheel /dist/ /tmp/dist/
 RUN pip install --no-cache-dir -c /tmp/requirements.lock --find-links /tmp/dist "gpumeter[k8s]" $DAGSTER_INTEGRATIONS \

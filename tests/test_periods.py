@@ -278,7 +278,9 @@ def test_cli_close_reopen_and_invoices(
         "invoice_lines_2026-11_ml-training.csv",
         "invoice_lines_2026-11_serving.csv",
         "tenant_invoice_2026-11_ml-training.html",
+        "tenant_invoice_2026-11_ml-training.pdf",
         "tenant_invoice_2026-11_serving.html",
+        "tenant_invoice_2026-11_serving.pdf",
     ]
     assert "draft" in capsys.readouterr().out
     assert main(["close", *args, "--by", "cfo", "--reason", "month end"]) == 0

@@ -1,7 +1,9 @@
-"""The invoice a person reads: one self-contained HTML file per tenant and period (R14, R16).
+"""The invoice a person reads: one self-contained HTML file per tenant and period (R14, R16), and the same
+invoice as a PDF, the document a finance team sends.
 
 Rendered with Jinja2 and autoescaping on, so that a tenant, cost center or model name is shown as text,
-never as markup."""
+never as markup. The PDF is WeasyPrint's rendering of the same template with the same figures: the template
+adds only its print stylesheet (A4 pages, page numbers), so the two never disagree."""
 
 from __future__ import annotations
 
@@ -29,7 +31,11 @@ def _hours(value: Decimal) -> str:
     return f"{value:,.3f}"
 
 
-def render_invoice(lines: pa.Table, config: Config, period: Period, tenant: str, status: Status) -> str:
+def render_invoice(
+    lines: pa.Table, config: Config, period: Period, tenant: str, status: Status, *, for_print: bool = False
+) -> str:
+    """The tenant's invoice as HTML. `for_print` adds the print stylesheet the PDF is laid out with; without
+    it the HTML is the one written beside the PDF."""
     minor = config.minor_unit
     money = f"{{:,.{minor}f}}"
     rows = tenant_lines(lines, tenant).to_pylist()
@@ -67,4 +73,29 @@ def render_invoice(lines: pa.Table, config: Config, period: Period, tenant: str,
         adjustment_total=money.format(sum((r["amount"] for r in adjustments), Decimal(0))),
         total=money.format(total),
         line_count=len(rows),
+        for_print=for_print,
     )
+
+
+def invoice_pdf(html: str) -> bytes:
+    """An invoice rendered by `render_invoice(..., for_print=True)`, as PDF (WeasyPrint).
+
+    The same HTML gives the same bytes, so that re-exporting an unchanged draft rewrites the same file: the
+    template has no dcterms.created/modified meta tags, the only source of WeasyPrint's /CreationDate and
+    /ModDate, and no file identifier (/ID) is written. The bytes still depend on the WeasyPrint release and
+    the fonts installed: requirements.lock pins the one, and the print stylesheet names DejaVu, the font
+    .ci/run installs."""
+    # Imported here: loading WeasyPrint loads Pango, which only the writers of PDFs need.
+    from weasyprint import HTML
+    from weasyprint.urls import URLFetcher
+
+    # The invoice is self-contained: a URL in it (there is none) is never fetched, file:// included.
+    document = HTML(string=html, url_fetcher=URLFetcher(allowed_protocols=()), media_type="print")
+    pdf = document.write_pdf(pdf_identifier=None)
+    assert pdf is not None  # bytes when no target is given
+    return pdf
+
+
+def render_invoice_pdf(lines: pa.Table, config: Config, period: Period, tenant: str, status: Status) -> bytes:
+    """The tenant's invoice as PDF: the HTML invoice's template, figures and status, laid out on A4."""
+    return invoice_pdf(render_invoice(lines, config, period, tenant, status, for_print=True))

@@ -1,6 +1,10 @@
 """Every export of a period's invoice lines, in one registry: each kind writes its files into the period's
 exports folder (file names: gpumeter.storage.paths). A kind is added here and nowhere else: the invoice
-assets, `gpumeter invoices` and closing a period all write what this registry lists."""
+assets, `gpumeter invoices` and closing a period all write what this registry lists.
+
+The documents kind writes each tenant's invoice twice, as HTML and as PDF, in one writer: the PDF is
+another form of the same document, rendered from the same template and figures in the same call, so no
+run can write the one without the other, and one asset (invoice_documents) reports both."""
 
 from __future__ import annotations
 
@@ -9,13 +13,13 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from gpumeter.billing.documents import render_invoice
+from gpumeter.billing.documents import render_invoice, render_invoice_pdf
 from gpumeter.billing.focus import focus_csv
 from gpumeter.billing.invoices import Period, billed_tenants, invoice_csv, tenant_lines
 from gpumeter.billing.status import Status
 from gpumeter.config import Config
 from gpumeter.storage import paths
-from gpumeter.storage.files import atomic_write_text
+from gpumeter.storage.files import atomic_write_bytes, atomic_write_text
 
 # (the period's lines, config, period, exports folder, status of the lines) -> the files written
 Writer = Callable[[pa.Table, Config, Period, Path, Status], list[Path]]
@@ -43,14 +47,22 @@ def write_focus(lines: pa.Table, config: Config, period: Period, out_dir: Path, 
 def write_documents(
     lines: pa.Table, config: Config, period: Period, out_dir: Path, status: Status
 ) -> list[Path]:
-    """One self-contained HTML invoice per tenant that has lines."""
-    return [
-        atomic_write_text(
-            out_dir / paths.invoice_document_name(period, tenant),
-            render_invoice(lines, config, period, tenant, status),
+    """Per tenant that has lines: its self-contained HTML invoice, and the same invoice as PDF beside it."""
+    written = []
+    for tenant in billed_tenants(lines):
+        written.append(
+            atomic_write_text(
+                out_dir / paths.invoice_document_name(period, tenant),
+                render_invoice(lines, config, period, tenant, status),
+            )
         )
-        for tenant in billed_tenants(lines)
-    ]
+        written.append(
+            atomic_write_bytes(
+                out_dir / paths.invoice_document_name(period, tenant, ".pdf"),
+                render_invoice_pdf(lines, config, period, tenant, status),
+            )
+        )
+    return written
 
 
 EXPORTS: dict[str, Writer] = {"csv": write_invoice_csvs, "focus": write_focus, "documents": write_documents}

@@ -14,11 +14,13 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from gpumeter.billing.alerts import percent_text
 from gpumeter.config import IDLE
 from gpumeter.storage import paths
 from gpumeter.views.summary import PoolSummary
 
 if TYPE_CHECKING:  # Dagster loads only for the commands that run jobs
+    from gpumeter.billing.alerts import BudgetAlert
     from gpumeter.pipelines.launch import RunOutcome
 
 # Piped output (CI logs, files) gets a width that fits the tables instead of rich's 80 columns.
@@ -152,14 +154,63 @@ def failed_checks(days: Iterable[RunOutcome]) -> None:
 
 
 def exports(files: Iterable[Path], title: str) -> None:
+    """One row per file: its name, what it is (invoice lines, FOCUS, the HTML or PDF invoice) and a CSV's
+    rows. The folder is said once, after the table: a full path on every row pushed the kind out of it."""
+    files = list(files)
     table = Table(title=title, title_justify="left")
     table.add_column("file", no_wrap=True)
-    table.add_column("kind")
+    table.add_column("kind", no_wrap=True)
     table.add_column("rows", justify="right")
     for path in files:
         rows = str(sum(1 for _ in path.open(encoding="utf-8")) - 1) if path.suffix == ".csv" else ""
-        table.add_row(str(path), paths.export_kind(path.name), rows)
+        table.add_row(escape(path.name), paths.export_kind(path.name), rows)
     console.print(table)
+    for folder in dict.fromkeys(str(path.parent) for path in files):
+        console.print(f"in {escape(folder)}")
+
+
+def budget_alerts(alerts: Sequence[BudgetAlert], sent_to: str | None) -> None:
+    """The budget alerts crossed now (gpumeter.billing.alerts), one row each. `sent_to`: the environment
+    variable naming the webhook the budget_alerts sensor sends them to; None when the config has none."""
+    if not alerts:
+        console.print(
+            "Budget alerts: no budget alert crossed (spend or forecast past a threshold of a budget)"
+        )
+        return
+    table = Table(title="Budget alerts", title_justify="left")
+    for column, justify in (
+        ("tenant", "left"),
+        ("cost center", "left"),
+        ("month", "left"),
+        ("basis", "left"),
+        ("threshold", "right"),
+        ("amount", "right"),
+        ("budget", "right"),
+        ("of budget", "right"),
+    ):
+        table.add_column(column, justify=justify, no_wrap=True)  # type: ignore[arg-type]
+    for alert in alerts:
+        share = alert.percent_of_budget
+        table.add_row(
+            escape(alert.tenant),
+            escape(alert.cost_center or ""),
+            alert.period,
+            alert.basis,
+            f"{percent_text(alert.threshold)} %",
+            alert.money(alert.amount),
+            alert.money(alert.budget),
+            f"{share} %" if share is not None else "over",
+        )
+    console.print(table)
+    if sent_to is None:
+        console.print(
+            "The config has no webhook (`alerts`, docs/config.md): with one, the budget_alerts sensor sends "
+            "each of these once."
+        )
+    else:
+        console.print(
+            f"The budget_alerts sensor sends each of these once, to the webhook in ${escape(sent_to)}."
+        )
 
 
 def closed_line(manifest: dict | None, period: str) -> str:

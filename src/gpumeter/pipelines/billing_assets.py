@@ -3,6 +3,7 @@ gpumeter.billing.month / gpumeter.billing.periods. A closed period is never writ
 it left the period untouched, and its check verifies the closed files against the manifest."""
 
 from collections.abc import Iterator
+from pathlib import Path
 
 from dagster import (
     AssetCheckResult,
@@ -58,16 +59,25 @@ def invoice_lines(
     yield checks.invoice_matches_daily_costs(gpumeter.warehouse, gpumeter.config, _period(context))
 
 
-def _export(context: AssetExecutionContext, gpumeter: GpumeterConfigResource, kind: str) -> MaterializeResult:
+def _write(context: AssetExecutionContext, gpumeter: GpumeterConfigResource, kind: str) -> list[Path]:
     paths = export_month(gpumeter.config, gpumeter.warehouse, context.partition_key, kind)
     if not paths:
         context.log.info(f"period {_period(context)} is closed: its {kind} exports are left untouched")
+    return paths
+
+
+def _written(paths: list[Path], **more: MetadataValue) -> MaterializeResult:
     return MaterializeResult(
         metadata={
             "status": "draft" if paths else "closed, untouched",
             "files": MetadataValue.json([str(p) for p in paths]),
+            **more,
         }
     )
+
+
+def _export(context: AssetExecutionContext, gpumeter: GpumeterConfigResource, kind: str) -> MaterializeResult:
+    return _written(_write(context, gpumeter, kind))
 
 
 @asset(
@@ -108,11 +118,14 @@ def invoice_focus(
     group_name=GROUP,
     partitions_def=monthly_partitions,
     deps=["invoice_lines"],
-    kinds={"html"},
-    description="One self-contained HTML invoice per tenant: lines, adjustments, totals, hash and status.",
+    kinds={"html", "pdf"},
+    description="Per tenant, one self-contained HTML invoice and the same invoice as PDF (A4, the document "
+    "finance sends): lines, adjustments, totals, hash and status.",
 )
 def invoice_documents(context: AssetExecutionContext, gpumeter: GpumeterConfigResource) -> MaterializeResult:
-    return _export(context, gpumeter, "documents")
+    paths = _write(context, gpumeter, "documents")
+    pdfs = [str(p) for p in paths if p.suffix == ".pdf"]
+    return _written(paths, pdfs=MetadataValue.json(pdfs), pdf_count=MetadataValue.int(len(pdfs)))
 
 
 BILLING_ASSETS = [invoice_lines, invoice_csv, invoice_focus, invoice_documents]

@@ -102,34 +102,27 @@ def _put_object(path: UPath, data: bytes) -> UPath:
     return path
 
 
-def atomic_write_text(path: Path, text: str) -> Path:
+def atomic_write_bytes(path: Path, data: bytes) -> Path:
+    """Write `data` to `path` so that the file is either the old one or the complete new one (a temp file
+    beside it, fsync, rename; one PUT on an object store)."""
     if not isinstance(path, Path):
-        return _put_object(path, text.encode("utf-8"))
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.{os.getpid()}.", suffix=".tmp", dir=path.parent)
-    except OSError as exc:
-        raise WarehouseError(
-            f"could not write {path}: {exc.strerror or exc}. Earlier results are untouched; "
-            "free disk space or fix permissions, then re-run."
-        ) from None
+        return _put_object(path, data)
+    tmp = _temp_beside(path)
     _sweep_stale_temps(path)
     try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp_name, path)
+        tmp.write_bytes(data)
+        _install(tmp, path)
     except OSError as exc:
-        Path(tmp_name).unlink(missing_ok=True)
-        raise WarehouseError(
-            f"could not write {path}: {exc.strerror or exc}. Earlier results are untouched; "
-            "free disk space or fix permissions, then re-run."
-        ) from None
+        tmp.unlink(missing_ok=True)
+        raise _write_error(path, exc) from None
     except BaseException:
-        Path(tmp_name).unlink(missing_ok=True)
+        tmp.unlink(missing_ok=True)
         raise
     return path
+
+
+def atomic_write_text(path: Path, text: str) -> Path:
+    return atomic_write_bytes(path, text.encode("utf-8"))
 
 
 def append_line(path: Path, line: str) -> None:

@@ -6,9 +6,11 @@ The warehouse (docs/deploy.md, docs/billing.md):
                                                                            may be several part files)
     <root>/<zone>/<table>/period=<YYYY-MM>/data.parquet                     a monthly table (invoice lines)
     <root>/raw/k8s/cluster=<cluster>/day=<YYYY-MM-DD>/                       DRA object snapshots of the day
-    <root>/exports/<YYYY-MM>/                                               CSV, FOCUS and HTML exports
+    <root>/exports/<YYYY-MM>/                                               CSV, FOCUS, HTML and PDF exports
     <root>/periods/<YYYY-MM>/manifest.json, invoice_lines.parquet           a closed period (its manifest and lines)
     <root>/periods/audit.jsonl                                              every close and reopen
+    <root>/alerts/budget_alerts.jsonl                                       every budget alert delivered
+    <root>/.locks/budget_alerts.lock                                        held while one alert is delivered
     <root>/.locks/cluster=<cluster>/day=<YYYY-MM-DD>.lock                   the (cluster, day) lock
     <root>/.tmp/                                                            DuckDB spill and staged writes
 
@@ -52,6 +54,14 @@ MANIFEST = "manifest.json"
 CLOSED_LINES = "invoice_lines.parquet"
 AUDIT_LOG = "audit.jsonl"
 
+# The mart of each day's charges per tenant, which budgets and their alerts read.
+TENANT_DAILY_COST = "tenant_daily_cost"
+
+# Budget alerts: the ledger of those delivered (one JSON line each), and the lock of one delivery.
+ALERTS = "alerts"
+ALERT_LEDGER = "budget_alerts.jsonl"
+ALERT_LOCK = "budget_alerts.lock"
+
 # The monthly table of invoice lines (the marts zone's only period-partitioned table).
 INVOICE_LINES = "invoice_lines"
 ALL_TENANTS = "all"  # the scope of the all-tenants export files
@@ -83,6 +93,14 @@ def partition_of(path: PurePath | object) -> tuple[str, date]:
 
 def lock_file(root: P, cluster: str, day: date) -> P:
     return root / LOCKS / f"cluster={cluster}" / f"day={day.isoformat()}.lock"  # type: ignore[operator]
+
+
+def alert_ledger(root: P) -> P:
+    return root / ALERTS / ALERT_LEDGER  # type: ignore[operator]
+
+
+def alert_lock(root: P) -> P:
+    return root / LOCKS / ALERT_LOCK  # type: ignore[operator]
 
 
 def snapshot_name(kind: str, taken_ms: int | None = None) -> str:
