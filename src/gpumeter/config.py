@@ -102,9 +102,11 @@ class PrometheusSource(_Model):
     k8s_snapshots_dir: str | None = Field(
         None,
         description="Folder of timed DRA snapshots (cluster=<c>/day=<d>/resourceclaims-<time>.json, ...), kept "
-        "by the snapshot_k8s_objects job from `kubeconfig` and read for each day (R5).",
+        "by the snapshot_k8s_objects job from `kubeconfig` and read for each day (claims vanish with their pods).",
     )
-    chunk_seconds: int = Field(3600, ge=1, le=7 * 86_400, description="Length of one pull window (R1).")
+    chunk_seconds: int = Field(
+        3600, ge=1, le=7 * 86_400, description="Length of one pull window (one query per metric and window)."
+    )
     min_chunk_seconds: int = Field(60, ge=1, description="Smallest window when the server says too large.")
     dedupe_bucket_seconds: int = Field(
         3600, ge=1, description="The pull's part size (one part is held in memory at a time); divides a day."
@@ -152,7 +154,7 @@ class PrometheusSource(_Model):
         if 86_400 % self.dedupe_bucket_seconds:
             raise ValueError(
                 f"dedupe_bucket_seconds ({self.dedupe_bucket_seconds}) must divide a day (86400), so that "
-                "each day's replica choice is its own (R15)"
+                "each day's choice among HA replicas is its own (days are metered independently)"
             )
         return self
 
@@ -401,6 +403,83 @@ class Dashboard(_Model):
     roles: list[DashboardRole] = Field(default_factory=list)
 
 
+# An environment variable's name: what a shell (and Kubernetes' env) accepts.
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+class Alerts(_Model):
+    """Budget alerts (docs/tariffs.md, "Budget alerts"): one message to a webhook when a tenant's spend, or its
+    forecast, for a month first reaches a share of its monthly budget."""
+
+    webhook_url_env: str = Field(
+        "GPUMETER_ALERT_WEBHOOK",
+        description="Name of the environment variable holding the webhook URL (the URL is a secret).",
+    )
+    format: Literal["slack", "generic"] = Field(
+        "slack", description="Slack-compatible JSON (text and blocks) or a plain JSON object of the figures."
+    )
+    thresholds: list[float] = Field(
+        default_factory=lambda: [0.8, 1.0],
+        min_length=1,
+        description="Shares of the monthly budget that alert when reached (0.8 = 80 %), increasing.",
+    )
+    basis: list[Literal["spend", "forecast"]] = Field(
+        default_factory=lambda: ["spend", "forecast"],
+        min_length=1,
+        description="What is compared with the thresholds: the month's spend so far, its forecast, or both.",
+    )
+    timeout_seconds: float = Field(10.0, gt=0, le=300, description="Timeout of one delivery attempt.")
+    retries: int = Field(3, ge=0, le=10, description="Retries of a failed delivery, with back-off.")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_on_key(cls, data: Any) -> Any:
+        # YAML 1.1 reads a bare `on:` key as the boolean true: say what to write instead of "extra input".
+        if isinstance(data, dict) and any(key is True or key == "on" for key in data):
+            raise ValueError(
+                "`on:` is read by YAML as the word true, not as a field: write `basis: [spend, forecast]` "
+                "for what the thresholds are compared with"
+            )
+        return data
+
+    @field_validator("webhook_url_env")
+    @classmethod
+    def _env_name(cls, value: str) -> str:
+        if "://" in value:
+            raise ValueError(
+                "webhook_url_env is the name of an environment variable holding the webhook URL, not the URL "
+                "itself: a webhook URL is a secret and never goes in this file (e.g. GPUMETER_ALERT_WEBHOOK)"
+            )
+        if not _ENV_NAME.match(value):
+            raise ValueError(
+                f"{value!r} is not an environment variable name: letters, digits and `_`, not starting with a "
+                "digit (e.g. GPUMETER_ALERT_WEBHOOK)"
+            )
+        return value
+
+    @field_validator("thresholds")
+    @classmethod
+    def _shares(cls, value: list[float]) -> list[float]:
+        for share in value:
+            if not 0 < share <= 10:
+                raise ValueError(
+                    f"threshold {share} is not a share of the budget above 0 and at most 10 "
+                    "(0.8 is 80 %, 1.0 the whole budget, 1.5 half as much again)"
+                )
+        if value != sorted(set(value)):
+            raise ValueError(
+                f"thresholds {value} must be increasing without repeats, e.g. [0.8, 1.0]: each one alerts once"
+            )
+        return value
+
+    @field_validator("basis")
+    @classmethod
+    def _unique_basis(cls, value: list[str]) -> list[str]:
+        if len(set(value)) != len(value):
+            raise ValueError(f"basis {value} names one twice: list spend, forecast or both, once each")
+        return value
+
+
 class Config(_Model):
     pool: str = Field("gpu-pool", description="Name of the pool on invoices.")
     currency: str = Field("USD", pattern=r"^[A-Z]{3}$")
@@ -432,6 +511,9 @@ class Config(_Model):
     stranded: Stranded = Field(default_factory=Stranded)
     checks: Checks = Field(default_factory=Checks)
     dashboard: Dashboard = Field(default_factory=Dashboard)
+    alerts: Alerts | None = Field(
+        None, description="Budget alerts to a webhook (docs/tariffs.md); unset, none are sent."
+    )
 
     @field_validator("currency")
     @classmethod

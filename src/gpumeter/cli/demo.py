@@ -16,11 +16,13 @@ import yaml
 from rich.markup import escape
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
+from gpumeter.billing.alerts import due_alerts
 from gpumeter.cli import render
 from gpumeter.cli.commands import CliError, copy_invoices, meter_and_invoice
 from gpumeter.cli.render import console
-from gpumeter.config import EXAMPLE_CONFIG, Config, PrometheusSource, load_config, parse_config
+from gpumeter.config import EXAMPLE_CONFIG, Alerts, Config, PrometheusSource, load_config, parse_config
 from gpumeter.storage import paths
+from gpumeter.storage.warehouse import Warehouse
 
 # `demo --prometheus`: promtool's backfill is the long step (about this many seconds per simulated day of the
 # demo factory here), hence one day unless asked.
@@ -118,6 +120,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     config_path = write_demo_config(out)
     days = [spec.start + timedelta(days=i) for i in range(spec.days)]
     ok = meter_and_invoice(config_path, days)
+    _print_budget_alerts(config_path)
     invoices = copy_invoices(config_path, days, out)
     console.print(
         f"\nWritten: invoices in {invoices}/, marts in {out / 'warehouse'}/marts/, config {config_path}\n"
@@ -182,6 +185,15 @@ def write_demo_k8s_objects(
     claims_path.write_text(json.dumps(envelope, indent=1) + "\n", encoding="utf-8")
     slices_path.write_text(json.dumps(slices_doc, indent=1) + "\n", encoding="utf-8")
     return claims_path, slices_path
+
+
+def _print_budget_alerts(config_path: Path) -> None:
+    """The budget alerts the budget_alerts sensor would send for the demo's month (the config's `alerts`, else
+    the default thresholds), from the same evaluation."""
+    config = load_config(config_path)
+    settings = config.alerts or Alerts()
+    alerts = due_alerts(Warehouse.of(config.warehouse), config, settings)
+    render.budget_alerts(alerts, config.alerts.webhook_url_env if config.alerts else None)
 
 
 def _use_demo_dagster_home(out: Path) -> None:
@@ -285,6 +297,7 @@ def demo_prometheus(out: Path, spec: object) -> int:
                 scrape_interval_s=spec.scrape_interval_s,
             )
             ok = meter_and_invoice(config_path, days)
+            _print_budget_alerts(config_path)
             url = prom.url
     except PrometheusServerError as exc:
         raise CliError(str(exc)) from None

@@ -18,6 +18,7 @@ from dagster import (
 )
 
 from gpumeter.config import default_config_path, load_config
+from gpumeter.pipelines.alerts import budget_alert_definitions
 from gpumeter.pipelines.assets import build_day_assets
 from gpumeter.pipelines.billing_assets import BILLING_ASSETS
 from gpumeter.pipelines.k8s_snapshots import k8s_snapshot_definitions
@@ -42,6 +43,8 @@ def build_definitions(config_path: str | os.PathLike[str]) -> Definitions:
     clusters = [cluster.name for cluster in config.clusters]
     # DRA snapshots every few minutes, for the clusters that keep them from their kubeconfig (R5).
     snapshot_jobs, snapshot_schedules = k8s_snapshot_definitions(config)
+    # Budget alerts to a webhook, when the config has an `alerts` section.
+    alert_jobs, alert_sensors = budget_alert_definitions(config)
     day_assets = build_day_assets(cluster_day_partitions(clusters))
     meter_day_job = define_asset_job(
         METER_DAY_JOB,
@@ -50,8 +53,9 @@ def build_definitions(config_path: str | os.PathLike[str]) -> Definitions:
     )
     return Definitions(
         assets=[*day_assets, *BILLING_ASSETS],
-        jobs=[meter_day_job, invoice_month_job, *snapshot_jobs],
+        jobs=[meter_day_job, invoice_month_job, *snapshot_jobs, *alert_jobs],
         schedules=[*build_schedules(meter_day_job, invoice_month_job, clusters), *snapshot_schedules],
+        sensors=alert_sensors,
         resources={"gpumeter": GpumeterConfigResource(config_path=path)},
     )
 
