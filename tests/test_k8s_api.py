@@ -22,12 +22,12 @@ import kubernetes  # noqa: F401
 import pytest
 from dagster import DagsterInstance, build_schedule_context
 
+import gpumeter_sim as simulator
 from gpumeter.config import PrometheusSource
 from gpumeter.ingest.contract import SourceError
 from gpumeter.ingest.k8s_objects import parse_resource_claims, parse_resource_slices
 from gpumeter.ingest.prometheus import PrometheusRawSource
 from gpumeter.models.project import SQL_DIR
-from gpumeter_sim import factory as simulator
 
 TOKEN = "k8s-test-token"
 SPEC = simulator.FactorySpec(
@@ -157,10 +157,11 @@ def test_claims_and_slices_come_from_the_api_with_the_token(
     assert len(claims_calls) == len(objects["resourceclaims"]["items"])
     assert all(r["auth"] == f"Bearer {TOKEN}" for r in api.requests)
     # The snapshot keeps the documents as read, for the pipeline to persist beside the raw day.
-    snapshot = src.last_k8s_snapshot
-    assert snapshot["resourceclaims"]["items"] == objects["resourceclaims"]["items"]
-    assert snapshot["resourceslices"]["items"] == objects["resourceslices"]["items"]
-    assert snapshot["fetched_at"].endswith("Z")
+    snapshot = raw.k8s_snapshot
+    assert snapshot is not None
+    assert snapshot.documents["resourceclaims"]["items"] == objects["resourceclaims"]["items"]
+    assert snapshot.documents["resourceslices"]["items"] == objects["resourceslices"]["items"]
+    assert snapshot.fetched_at.utcoffset() == timedelta(0)
 
 
 def test_a_file_wins_over_the_api_for_its_kind(
@@ -248,10 +249,10 @@ def _now_ms() -> int:
 
 
 def test_the_api_snapshot_is_timed_by_its_first_request(api: ApiServer, tmp_path: Path) -> None:
-    from gpumeter.ingest.prometheus import _KubeApi
+    from gpumeter.ingest.kube_api import KubeApi
 
     before = _now_ms()
-    taken, doc = _KubeApi(str(_kubeconfig(tmp_path / "kubeconfig", api.url))).snapshot("resourceclaims")
+    taken, doc = KubeApi(str(_kubeconfig(tmp_path / "kubeconfig", api.url))).snapshot("resourceclaims")
     after = _now_ms()
     assert before <= taken <= after and doc["kind"] == "List" and len(doc["items"]) > 1
 
@@ -320,7 +321,8 @@ def test_the_snapshot_job_keeps_timed_snapshots_idempotently_and_the_source_read
     name = gone["metadata"]["name"]
     assert sorted(r["snapshot_ms"] for r in claims if r["claim_name"] == name) == [claim_times[0]]
     assert sorted(r["snapshot_ms"] for r in claims if r["claim_name"] is None) == claim_times  # markers
-    assert sorted(src.last_k8s_snapshot["snapshot_files"]) == [
+    assert raw.k8s_snapshot is not None
+    assert sorted(map(str, raw.k8s_snapshot.timed_files)) == [
         str(p) for p in sorted(snapshots.glob("cluster=k8s/day=*/*.json"))
     ]
 

@@ -370,7 +370,7 @@ def test_selector_is_added_to_every_query(prom: PrometheusServer) -> None:
 def test_prometheus_path_equals_parquet_path_on_the_simulated_factory(tmp_path: Path) -> None:
     """Simulate two days, write them as Parquet (the parquet source) and as OpenMetrics into a real
     Prometheus; the second day with its lookback must come out of both sources identical."""
-    from gpumeter_sim import factory as simulator
+    import gpumeter_sim as simulator
     from gpumeter_sim import openmetrics
 
     spec = simulator.FactorySpec(
@@ -449,7 +449,10 @@ def test_prometheus_path_equals_parquet_path_on_the_simulated_factory(tmp_path: 
     slices = parse_resource_slices(load_k8s_json(k8s / "resourceslices.json"), "sim", "x")
     assert via_prom.dra_allocations.equals(claims) and claims.num_rows > 0
     assert via_prom.dra_devices.equals(slices) and slices.num_rows > 0
-    assert set(src.last_k8s_snapshot) == {"fetched_at", "resourceclaims", "resourceslices"}
+    # The documents as read, handed over with the day for the pull to keep (no timed snapshot files here).
+    snapshot = via_prom.k8s_snapshot
+    assert snapshot is not None and snapshot.fetched_at.utcoffset() == timedelta(0)
+    assert set(snapshot.documents) == {"resourceclaims", "resourceslices"} and snapshot.timed_files == ()
     # A small but complete factory: MIG instances and time-sliced vgpu copies came through.
     dcgm = via_prom.dcgm
     assert dcgm.column("gpu_i_profile").null_count < dcgm.num_rows
@@ -589,7 +592,7 @@ def test_auth_headers_come_from_the_environment(monkeypatch: pytest.MonkeyPatch)
 
 def test_verify_tls_false_reaches_the_session() -> None:
     src = source("https://127.0.0.1:9", verify_tls=False, **ONE_QUERY)
-    assert src._client()._session.verify is False
+    assert src.transport.client()._session.verify is False
 
 
 def test_concurrent_queries_are_capped() -> None:

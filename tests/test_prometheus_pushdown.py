@@ -21,7 +21,9 @@ from typing import Any
 import pyarrow as pa
 import pytest
 import yaml
+from dagster import asset, materialize
 from prometheus_fixtures import Sample, needs_prometheus, sample, write_openmetrics
+from pydantic import ValidationError
 
 from gpumeter.config import ConfigError, PrometheusSource, parse_config
 from gpumeter.ingest.contract import day_bounds_ms
@@ -259,3 +261,46 @@ def test_the_resource_passes_the_knobs_to_the_source(tmp_path: Path) -> None:
     source = PrometheusResource(url="http://x", chunk_seconds=900, pushdown=False).raw_source("c")
     assert isinstance(source, PrometheusRawSource)
     assert source.chunk_ms == 900_000 and source.spec.pushdown is False
+
+
+def test_the_resource_fields_are_the_config_fields() -> None:
+    """One list of Prometheus settings: every field of the config's prometheus block is a field of the
+    Dagster resource, of the same type and default, and the resource has no other; Dagster's run config
+    takes them, and the resource validates like the config (the selector re-rendered, the checks applied)."""
+    from gpumeter.pipelines.resources import PrometheusResource
+
+    config_fields = {name: f for name, f in PrometheusSource.model_fields.items() if name != "kind"}
+    resource_fields = PrometheusResource.model_fields
+    assert set(resource_fields) == set(config_fields)
+    for name, field in config_fields.items():
+        assert resource_fields[name].annotation == field.annotation, name
+        assert resource_fields[name].get_default(call_default_factory=True) == field.get_default(
+            call_default_factory=True
+        ), name
+    assert set(PrometheusResource.to_config_schema().as_field().config_type.fields) == set(config_fields)
+
+    seen: list[PrometheusSource] = []
+
+    # `context` unannotated: Dagster checks the annotation, which this module's `from __future__ import
+    # annotations` leaves a string.
+    @asset(required_resource_keys={"prometheus"})
+    def probe(context) -> None:
+        seen.append(context.resources.prometheus.spec)
+
+    run_config = {
+        "resources": {"prometheus": {"config": {"url": "http://x", "selector": ' cluster = "a" ,'}}}
+    }
+    result = materialize(
+        [probe], resources={"prometheus": PrometheusResource.configure_at_launch()}, run_config=run_config
+    )
+    assert result.success
+    assert seen == [PrometheusSource(url="http://x", selector='cluster="a"')]
+    for bad, words in (
+        ({"chunk_seconds": 60, "min_chunk_seconds": 120}, "must not exceed chunk_seconds"),
+        ({"dedupe_bucket_seconds": 7000}, "must divide a day"),
+        ({"selector": "up or vector(1)"}, "not a list of label matchers"),
+        ({"timeout_seconds": 0}, "greater than 0"),
+        ({"no_such_setting": 1}, "no_such_setting"),
+    ):
+        with pytest.raises(ValidationError, match=words):
+            PrometheusResource(url="http://x", **bad)

@@ -32,6 +32,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from gpumeter.ingest.prometheus.promql import escape_label_value
 from gpumeter.ingest.schema import DCGM_METRICS, KUBE_METRICS
 
 # raw_dcgm_samples column -> the label name dcgm-exporter puts on the series.
@@ -78,10 +79,6 @@ class Replica:
                 if start <= hi and end > lo:
                     kept &= (ts_ms < start) | (ts_ms >= end)
         return kept
-
-
-def escape_label_value(value: str) -> str:
-    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
 
 
 def _label_string(labels: dict[str, str]) -> str:

@@ -10,7 +10,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 import pyarrow as pa
 
@@ -20,6 +20,13 @@ from gpumeter.ingest.schema import RAW_TABLES
 
 class SourceError(RuntimeError):
     """Raw data could not be read; names the file or endpoint and what to do."""
+
+
+def one_line(text: object, limit: int = 300) -> str:
+    """`text` (an exception, a server's message) as one line of at most `limit` characters: a SourceError is
+    printed as one line, and Dagster keeps a failure's last line."""
+    flat = " ".join(str(text).split()) if text is not None else ""
+    return flat if len(flat) <= limit else flat[:limit] + "..."
 
 
 def day_bounds_ms(day: date) -> tuple[int, int]:
@@ -32,14 +39,34 @@ def lookback_ms(config: Config) -> int:
     return max(config.kube_lookback_seconds, 2 * config.scrape_interval_seconds) * 1000
 
 
+@dataclass(frozen=True)
+class K8sSnapshot:
+    """The Kubernetes DRA documents a source read for a day, as read, for the pull to keep beside the raw day:
+    claims vanish with their pods, so the documents are the day's only record of who held a device (R5).
+
+    `documents`: kind (paths.SNAPSHOT_KINDS) -> the list read at an unknown time (a claims_file or slices_file,
+    or the API listed now), for the kinds read only. `timed_files`: the time-named snapshot files read from
+    the snapshot folder (k8s_snapshots_dir), each kept with the day it was taken. `fetched_at`: when the
+    source read them (UTC)."""
+
+    fetched_at: datetime
+    documents: Mapping[str, Any] = field(default_factory=dict)
+    timed_files: tuple[Path, ...] = ()
+
+
 @dataclass
 class RawDay:
-    """Raw samples for one cluster: the day itself plus, for counters, the lookback before it."""
+    """Raw samples for one cluster: the day itself plus, for counters, the lookback before it.
+
+    `k8s_snapshot` is what the source read the DRA tables from, to be kept; None where there is nothing to
+    keep (the Parquet source reads snapshots that are kept already). A day handed over in parts carries it
+    in its last part."""
 
     dcgm: pa.Table
     kube: pa.Table
     dra_allocations: pa.Table = field(default_factory=lambda: RAW_TABLES["raw_dra_allocations"].empty_table())
     dra_devices: pa.Table = field(default_factory=lambda: RAW_TABLES["raw_dra_devices"].empty_table())
+    k8s_snapshot: K8sSnapshot | None = None
 
     def tables(self) -> dict[str, pa.Table]:
         return {
@@ -72,12 +99,16 @@ class PartedRawSource(RawSource, Protocol):
 
 
 def concat_parts(parts: Iterator[RawDay]) -> RawDay:
-    """A day's parts as one RawDay (each table concatenated in the order the parts came)."""
+    """A day's parts as one RawDay (each table concatenated in the order the parts came; the last Kubernetes
+    snapshot handed over)."""
     tables: dict[str, list[pa.Table]] = {table: [] for table in RAW_TABLES}
+    snapshot: K8sSnapshot | None = None
     for part in parts:
         for table, rows in part.tables().items():
             if rows.num_rows:
                 tables[table].append(rows)
+        if part.k8s_snapshot is not None:
+            snapshot = part.k8s_snapshot
     whole = {
         table: pa.concat_tables(found) if found else RAW_TABLES[table].empty_table()
         for table, found in tables.items()
@@ -87,4 +118,5 @@ def concat_parts(parts: Iterator[RawDay]) -> RawDay:
         whole["raw_kube_samples"],
         whole["raw_dra_allocations"],
         whole["raw_dra_devices"],
+        snapshot,
     )

@@ -16,8 +16,8 @@ document plus the time it was taken. They are kept in day folders, `<root>/clust
 
 - `resourceclaims-<time>.json`, `resourceslices-<time>.json`: a snapshot taken at `<time>`, UTC, written
   `20261101T100000.000Z` (ISO 8601 basic; `2026-11-01T10:00:00Z` is read too), in the folder of its day;
-- `resourceclaims.json`, `resourceslices.json`: a snapshot of unknown time (how days were kept before), whose
-  objects are valid for the whole window that reads it.
+- `resourceclaims.json`, `resourceslices.json`: a snapshot of unknown time (a claims or slices file, or the API
+  listed at pull time, as the pull keeps it), whose objects are valid for the whole window that reads it.
 
 Every row parsed from a snapshot carries `snapshot_ms` (null: unknown time) and the object's
 `creationTimestamp` as `created_ms`; a snapshot of known time adds one marker row (schema.py), so that staging
@@ -466,6 +466,6 @@ def read_kept_snapshots(root: Path, cluster: str, start_ms: int, end_ms: int) ->
             f"snapshot folder {root} does not exist (k8s_snapshots_dir): create it and let the "
             "snapshot_k8s_objects job fill it (it lists the API of the source's kubeconfig every few "
             "minutes), or correct k8s_snapshots_dir, or remove it to read claims_file/slices_file/kubeconfig "
-            "as before"
+            "instead"
         )
     return read_snapshots(root, cluster, snapshot_days(start_ms, end_ms))

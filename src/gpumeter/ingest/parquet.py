@@ -12,6 +12,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from gpumeter.ingest.contract import RawDay, SourceError, concat_parts, day_bounds_ms
+from gpumeter.ingest.k8s_objects import K8sObjectError, read_snapshots
 from gpumeter.ingest.schema import OPTIONAL_RAW_COLUMNS, RAW_TABLES
 from gpumeter.storage import paths
 
@@ -85,7 +86,8 @@ def _castable(found: pa.DataType, wanted: pa.DataType) -> bool:
 class ParquetRawSource:
     """Raw samples in the raw-samples schema, laid out as `<table>/cluster=<c>/day=<d>/data.parquet` with
     Kubernetes object snapshots in `k8s/cluster=<c>/day=<d>/`: `{resourceclaims,resourceslices}-<time>.json`
-    and, of unknown time, `{resourceclaims,resourceslices}.json` (gpumeter/ingest/k8s_objects.py)."""
+    and, of unknown time, `{resourceclaims,resourceslices}.json` (gpumeter/ingest/k8s_objects.py).
+    Those snapshots are kept where they are: its days carry no `k8s_snapshot` for the pull to keep."""
 
     def __init__(self, root: str | Path):
         self.root = Path(root)
@@ -123,10 +125,8 @@ class ParquetRawSource:
         """Every DRA snapshot kept for the day and the day before (`k8s/cluster=<c>/day=<d>/`, k8s_objects): the
         time-named `resourceclaims-<time>.json` / `resourceslices-<time>.json` with their time, and the plain
         `resourceclaims.json` / `resourceslices.json` as a snapshot of unknown time, valid for the whole
-        window (how days were kept before snapshots had a time). Staging decides when each object is valid
-        (R5)."""
-        from gpumeter.ingest.k8s_objects import K8sObjectError, read_snapshots
-
+        window (a claims or slices file, or the API listed at pull time, as the pull keeps it). Staging
+        decides when each object is valid (R5)."""
         try:
             found = read_snapshots(self.root / paths.K8S, cluster, (day - timedelta(days=1), day))
         except K8sObjectError as exc:

@@ -8,7 +8,7 @@ from datetime import date
 from pathlib import Path
 
 from gpumeter.config import Config, select_clusters
-from gpumeter.ingest.contract import PartedRawSource, RawSource, lookback_ms
+from gpumeter.ingest.contract import K8sSnapshot, PartedRawSource, RawSource, lookback_ms
 from gpumeter.ingest.schema import RAW_TABLES
 from gpumeter.storage import paths
 from gpumeter.storage.files import atomic_write_text
@@ -38,6 +38,7 @@ def pull_raw_day(
     counts: dict[str, int] = dict.fromkeys(RAW_TABLES, 0)
     sources = {name: source_for(name) for name in names}
     staged: dict[str, StagedDay] = {}
+    snapshots: dict[str, K8sSnapshot] = {}
     try:
         # Fetch every cluster before storing any: a source that fails leaves every stored day untouched.
         lookback = lookback_ms(config)
@@ -52,24 +53,16 @@ def pull_raw_day(
                 for table, rows in part.tables().items():
                     if rows.num_rows:
                         staged[name].write(table, rows)
+                if part.k8s_snapshot is not None:
+                    snapshots[name] = part.k8s_snapshot
         # R15: one run of a (cluster, day) writes at a time, and never while it is being metered.
         with warehouse.day_locks(day, names):
             for cluster_name, day_tables in staged.items():
                 for table, rows in day_tables.commit().items():
                     counts[table] += rows
-                snapshot = getattr(sources[cluster_name], "last_k8s_snapshot", None)
-                if snapshot:  # keep the claims as read: template claims vanish with their pods
-                    folder = warehouse.day_dir(RAW, paths.K8S, cluster_name, day)
-                    for kind in paths.SNAPSHOT_KINDS:
-                        if snapshot.get(kind) is not None:  # read at an unknown time (files, API now)
-                            atomic_write_text(
-                                folder / paths.snapshot_name(kind), json.dumps(snapshot[kind], sort_keys=True)
-                            )
-                    # Timed snapshots (k8s_snapshots_dir) keep their time-named files; each is copied with
-                    # its own day (the day before's come with that day), beside the day's raw rows.
-                    for kept in map(Path, snapshot.get("snapshot_files", ())):
-                        if kept.parent.name == paths.day_folder_name(day):
-                            atomic_write_text(folder / kept.name, kept.read_text(encoding="utf-8"))
+                snapshot = snapshots.get(cluster_name)
+                if snapshot is not None:  # keep the claims as read: template claims vanish with their pods
+                    _keep_snapshot(warehouse.day_dir(RAW, paths.K8S, cluster_name, day), day, snapshot)
                 log(
                     f"{cluster_name} {day}: {day_tables.rows['raw_dcgm_samples']:,} DCGM and "
                     f"{day_tables.rows['raw_kube_samples']:,} kube samples"
@@ -78,3 +71,17 @@ def pull_raw_day(
         for day_tables in staged.values():
             day_tables.discard()
     return counts
+
+
+def _keep_snapshot(folder: Path, day: date, snapshot: K8sSnapshot) -> None:
+    """The Kubernetes documents a source read for `day`, written into the day's raw k8s folder."""
+    for kind in paths.SNAPSHOT_KINDS:
+        if kind in snapshot.documents:  # read at an unknown time (files, the API now)
+            atomic_write_text(
+                folder / paths.snapshot_name(kind), json.dumps(snapshot.documents[kind], sort_keys=True)
+            )
+    # Timed snapshots (k8s_snapshots_dir) keep their time-named files; each is copied with its own day (the
+    # day before's come with that day), beside the day's raw rows.
+    for kept in snapshot.timed_files:
+        if kept.parent.name == paths.day_folder_name(day):
+            atomic_write_text(folder / kept.name, kept.read_text(encoding="utf-8"))

@@ -1,7 +1,7 @@
 """DRA snapshots over time (R5): claims vanish with their pods and slices are re-published during a day, so a
 list read after the day misses them. Every five minutes the job `snapshot_k8s_objects` lists the
 ResourceClaims and ResourceSlices of every cluster whose source names both a `kubeconfig` and a
-`k8s_snapshots_dir`, through the Kubernetes API (gpumeter.ingest.prometheus._KubeApi, the official `kubernetes`
+`k8s_snapshots_dir`, through the Kubernetes API (gpumeter.ingest.kube_api.KubeApi, the official `kubernetes`
 client), and keeps each list as a time-named file in that folder:
 `<k8s_snapshots_dir>/cluster=<c>/day=<d>/resourceclaims-20261101T100500.123Z.json` (gpumeter.ingest.k8s_objects,
 which the source reads for each day). The schedule `snapshot_k8s_objects_every_5_minutes` starts it; it is
@@ -46,6 +46,7 @@ from gpumeter.ingest.k8s_objects import (
     parse_resource_slices,
     write_snapshot,
 )
+from gpumeter.ingest.kube_api import KubeApi
 from gpumeter.pipelines.resources import GpumeterConfigResource
 from gpumeter.storage import paths
 
@@ -67,8 +68,6 @@ class K8sSnapshotResource(ConfigurableResource):
     def take(self, cluster: str, tick_ms: int, now_ms: int | None = None) -> list[Path]:
         """The snapshots of the slot [tick_ms, tick_ms + slot) not kept yet, taken now and written; [] when
         the slot has them all, or has ended."""
-        from gpumeter.ingest.prometheus import _KubeApi  # the Prometheus source's client, imported where used
-
         root = Path(self.snapshots_dir)
         if not root.is_dir():
             raise SourceError(
@@ -84,7 +83,7 @@ class K8sSnapshotResource(ConfigurableResource):
         ]
         if not missing:
             return []
-        api = _KubeApi(self.kubeconfig)
+        api = KubeApi(self.kubeconfig)
         written = []
         for kind in missing:
             taken_ms, doc = api.snapshot(kind)
@@ -162,7 +161,7 @@ def take_k8s_snapshots(
 @job(
     name=SNAPSHOT_JOB,
     description="Keep a snapshot of each DRA cluster's ResourceClaims and ResourceSlices, named by time, in its "
-    "source's k8s_snapshots_dir (R5: claims vanish with their pods, slices are re-published).",
+    "source's k8s_snapshots_dir (claims vanish with their pods and slices are re-published during a day).",
 )
 def snapshot_k8s_objects() -> None:
     take_k8s_snapshots()

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import os
+from copy import copy
 from functools import lru_cache
+from typing import Any
 
 from dagster import ConfigurableResource
+from pydantic import create_model, model_validator
 
 from gpumeter.config import Config, ParquetSource, PrometheusSource, load_config
 from gpumeter.ingest.contract import RawSource, SourceError
@@ -36,44 +39,52 @@ class GpumeterConfigResource(ConfigurableResource):
         )
 
 
-class PrometheusResource(ConfigurableResource):
-    """A PromQL API (Prometheus, Thanos, Mimir, VictoriaMetrics) through prometheus-api-client.
+class _PrometheusResourceBase(ConfigurableResource):
+    """What PrometheusResource adds to its fields (which are config.PrometheusSource's)."""
 
-    Fields mirror the config's `source: {kind: prometheus}` block (docs/config.md); secrets are named by
-    environment variable, never stored. Usable on its own in other Dagster code, and built from the config
-    for each Prometheus cluster by `GpumeterConfigResource.source`."""
+    @model_validator(mode="before")
+    @classmethod
+    def _as_source_config(cls, data: Any) -> Any:
+        # Validated as the config's block, so the selector and window checks apply and the selector is the
+        # re-rendered one.
+        if isinstance(data, dict):
+            return PrometheusSource(**data).model_dump(exclude={"kind"})
+        return data
 
-    url: str
-    bearer_token_env: str | None = None
-    headers_env: str | None = None
-    verify_tls: bool = True
-    timeout_seconds: float = 60.0
-    retries: int = 3
-    max_concurrent_queries: int = 4
-    selector: str | None = None
-    replica_labels: list[str] = ["prometheus_replica", "replica"]
-    claims_file: str | None = None
-    slices_file: str | None = None
-    kubeconfig: str | None = None
-    k8s_snapshots_dir: str | None = None
-    chunk_seconds: int = 3600
-    min_chunk_seconds: int = 60
-    dedupe_bucket_seconds: int = 3600
-    pushdown: bool = True
+    @property
+    def spec(self) -> PrometheusSource:
+        return PrometheusSource(**self.model_dump())
 
     def raw_source(
         self, cluster: str, cluster_label: str = "cluster", scrape_interval_seconds: int = 30
     ) -> RawSource:
         from gpumeter.ingest.prometheus import PrometheusRawSource  # imported only where a cluster uses it
 
-        spec = PrometheusSource(kind="prometheus", **self.model_dump())
         # Δ: two HA replicas' samples less than Δ/2 apart are one scrape (R1).
         return PrometheusRawSource(
-            spec,
+            self.spec,
             cluster=cluster,
             cluster_label=cluster_label,
             scrape_interval_seconds=scrape_interval_seconds,
         )
+
+
+# The config's `source: {kind: prometheus}` fields, so that a setting is declared once (config.py).
+PrometheusResource = create_model(
+    "PrometheusResource",
+    __base__=_PrometheusResourceBase,
+    __module__=__name__,
+    __doc__="""A PromQL API (Prometheus, Thanos, Mimir, VictoriaMetrics) through prometheus-api-client.
+
+    Its fields are the config's `source: {kind: prometheus}` block (config.PrometheusSource, docs/config.md),
+    validated alike; secrets are named by environment variable, never stored. Usable on its own in other
+    Dagster code, and built from the config for each Prometheus cluster by `GpumeterConfigResource.source`.""",
+    **{
+        name: (field.annotation, copy(field))
+        for name, field in PrometheusSource.model_fields.items()
+        if name != "kind"
+    },
+)
 
 
 @lru_cache(maxsize=8)

@@ -1,0 +1,208 @@
+"""Which windows the Prometheus source asks for, and which of their samples it keeps (docs/prometheus.md).
+
+- Windows. A pull's span is cut into `chunk_seconds` windows so that one answer stays small on big fleets; a
+  window the server refuses as too large (HTTP 422, e.g. `query.max-samples`) is split in two and asked
+  again, down to `min_chunk_seconds`. A day is handed over in parts of `dedupe_bucket_seconds`.
+- HA pairs (R1: every scrape once). Series identical but for a replica label (`prometheus_replica`,
+  `replica`) are one series seen by several scrapers, at timestamps a fraction of Δ apart. The UNION of the
+  replicas' scrapes is kept, one sample per scrape, decided per scrape target (`job`, `instance`) for all
+  series of the target at once: replicas in name order, every scrape of the first kept, a scrape of a later
+  one kept only where no kept scrape of the target lies in [t - Δ/2, t + Δ/2) (it fills a gap). So when both
+  replicas have gaps (rolling restarts) nothing is lost, and the metrics, MIG instances and vgpu copies of
+  one GPU at one scrape always come from one scraper's scrape. The rule looks at most a few Δ away, so a
+  window is deduped exactly by fetching a margin of a few Δ around it: the parts of a day yield exactly the
+  day's rows, and a day exactly the whole stream's.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import TypeVar
+
+import numpy as np
+
+from gpumeter.ingest.prometheus.answers import TARGET_LABELS, Series, SeriesByLabels, append_series
+from gpumeter.ingest.prometheus.transport import TooLarge
+
+log = logging.getLogger(__name__)
+
+Span = tuple[int, int]  # [start_ms, end_ms)
+T = TypeVar("T")
+
+
+def chunks(spans: Sequence[Span], chunk_ms: int) -> list[Span]:
+    """The half-open spans cut into windows of at most `chunk_ms`, each span from its own start."""
+    return [(w, min(w + chunk_ms, s1)) for s0, s1 in spans if s0 < s1 for w in range(s0, s1, chunk_ms)]
+
+
+def day_parts(start_ms: int, end_ms: int, part_ms: int) -> list[Span]:
+    """[start_ms, end_ms) cut at every multiple of `part_ms`: the parts keep to the clock whatever the
+    lookback (only the first may be shorter)."""
+    inner = range(start_ms - start_ms % part_ms + part_ms, end_ms, part_ms)
+    return list(itertools.pairwise(sorted({start_ms, end_ms, *inner})))
+
+
+def margins(start_ms: int, end_ms: int, fetched_ms: int, needed_ms: int) -> list[Span]:
+    """What is still to fetch on both sides of [start_ms, end_ms) so that `needed_ms` around it are fetched,
+    when `fetched_ms` around it are."""
+    return [(start_ms - needed_ms, start_ms - fetched_ms), (end_ms + fetched_ms, end_ms + needed_ms)]
+
+
+def split_when_too_large(
+    fetch: Callable[[int, int], list[T]],
+    w0: int,
+    w1: int,
+    min_ms: int,
+    refused: Callable[[int, int, TooLarge], Exception],
+) -> list[T]:
+    """fetch(w0, w1); where the server refuses the window as too large, its two halves fetched alike, down to
+    windows of `min_ms`, which raise refused(w0, w1, the refusal)."""
+    try:
+        return fetch(w0, w1)
+    except TooLarge as exc:
+        if w1 - w0 <= min_ms:
+            raise refused(w0, w1, exc) from None
+        mid = w0 + (w1 - w0) // 2
+        return split_when_too_large(fetch, w0, mid, min_ms, refused) + split_when_too_large(
+            fetch, mid, w1, min_ms, refused
+        )
+
+
+Target = tuple[str, ...]
+Replica = tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class ReplicaDedupe:
+    """The union of HA replicas' scrapes, one sample per scrape (R1; see the module docstring).
+
+    `scrape_interval_ms` is Δ (the config's `scrape_interval_seconds`): two replicas' samples of one target
+    less than Δ/2 apart are one scrape. `url` names the server in warnings."""
+
+    replica_labels: tuple[str, ...]
+    cluster_label: str
+    scrape_interval_ms: int
+    url: str
+
+    def replica_of(self, labels: dict[str, str]) -> Replica | None:
+        values = tuple(labels.get(name, "") for name in self.replica_labels)
+        return values if any(values) else None
+
+    def has_replicas(self, series: Iterable[Series]) -> bool:
+        return bool(self.replica_labels) and any(self.replica_of(s.labels) for s in series)
+
+    def target_of(self, labels: dict[str, str]) -> Target:
+        """The scrape target of a series: (cluster, job, instance). A series without either (federated, or
+        backfilled without them) stands for its node's dcgm-exporter when it names a host, else for the
+        exporter its metric comes from, named by the metric's namespace (`kube`, `kueue`, `node`: its name up
+        to the first `_`), as the accounting reads a null target (schema.RAW_KUBE_SCHEMA)."""
+        target = tuple(labels.get(name, "") for name in (self.cluster_label, *TARGET_LABELS))
+        if any(target[1:]):
+            return target
+        host = labels.get("Hostname") or labels.get("hostname")
+        if host:
+            return (target[0], "", "", f"host={host}")
+        namespace = labels.get("__name__", "").split("_", 1)[0]
+        return (target[0], "", "", f"exporter={namespace}")
+
+    def _replicas_per_target(self, series: Iterable[Series]) -> dict[Target, set[Replica]]:
+        out: dict[Target, set[Replica]] = defaultdict(set)
+        for s in series:
+            replica = self.replica_of(s.labels)
+            if replica is not None:
+                out[self.target_of(s.labels)].add(replica)
+        return out
+
+    def margin_ms(self, series: Iterable[Series]) -> int:
+        """How far beyond a window the dedupe of its samples looks: the n-th replica of a target (0-based)
+        is decided from the kept scrapes within Δ/2 of it, which were decided from within Δ/2 of them...:
+        n × Δ/2. At least Δ (two or three replicas)."""
+        most = max((len(r) for r in self._replicas_per_target(series).values()), default=1)
+        return max(self.scrape_interval_ms, (most - 1) * (self.scrape_interval_ms // 2))
+
+    def dedupe(
+        self, series: list[Series], start_ms: int, end_ms: int, warned: set[tuple[str, str]]
+    ) -> list[Series]:
+        """The samples with start_ms <= ts < end_ms of the union of the replicas' scrapes (R1), one sample
+        per scrape, decided per scrape target (docs/prometheus.md, "HA pairs"), one array per series:
+
+        - a target's scrapes by replica r are the timestamps of r's series of that target (every series of
+          a scrape carries the scrape's timestamp);
+        - replicas are taken in name order; every scrape of the first is kept; a scrape of a later replica
+          at t is kept only where no scrape kept so far lies in [t - Δ/2, t + Δ/2) (it fills a gap);
+        - a series' sample is kept where its replica's scrape at that timestamp is kept, so every series
+          of a target has the kept scrapes' timestamps, each from one replica's complete scrape.
+
+        A series without a replica label is not deduped. `series` may reach beyond the window (its
+        margins): they inform the decision and are dropped after it. `warned` holds what this pull has
+        warned about already."""
+
+        def window(ts: np.ndarray) -> np.ndarray:
+            return (ts >= start_ms) & (ts < end_ms)
+
+        out: SeriesByLabels = {}
+
+        def add(labels: dict[str, str], ts: np.ndarray, values: np.ndarray) -> None:
+            if len(ts):
+                append_series(out, labels, ts, values)
+
+        by_target: dict[Target, dict[Replica, list[Series]]] = defaultdict(lambda: defaultdict(list))
+        for s in series:
+            replica = self.replica_of(s.labels) if self.replica_labels else None
+            if replica is None:
+                ts, values = np.concatenate(s.ts), np.concatenate(s.values)
+                keep = window(ts)
+                add(s.labels, ts[keep], values[keep])
+            else:
+                by_target[self.target_of(s.labels)][replica].append(s)
+        half = self.scrape_interval_ms // 2
+        for target, replicas in sorted(by_target.items()):
+            kept = np.empty(0, np.int64)  # the target's kept scrapes so far, sorted
+            for replica in sorted(replicas):
+                members = [(s, np.concatenate(s.ts), np.concatenate(s.values)) for s in replicas[replica]]
+                scrapes = np.unique(np.concatenate([ts for _, ts, _ in members]))
+                if len(replicas) > 1:
+                    self._warn_interval(target, replica, scrapes, warned)
+                if len(kept):
+                    # A kept scrape k covers [k - Δ/2, k + Δ/2): k in [t - Δ/2, t + Δ/2) covers t.
+                    lo = np.searchsorted(kept, scrapes - half, side="left")
+                    hi = np.searchsorted(kept, scrapes + half, side="left")
+                    scrapes = scrapes[lo == hi]
+                kept = np.union1d(kept, scrapes)
+                for s, ts, values in members:
+                    at = np.searchsorted(scrapes, ts)
+                    keep = (at < len(scrapes)) & window(ts)
+                    keep[keep] = scrapes[at[keep]] == ts[keep]
+                    labels = {k: v for k, v in s.labels.items() if k not in self.replica_labels}
+                    add(labels, ts[keep], values[keep])
+        return [Series(s.labels, [np.concatenate(s.ts)], [np.concatenate(s.values)]) for s in out.values()]
+
+    def _warn_interval(
+        self, target: Target, replica: Replica, scrapes: np.ndarray, warned: set[tuple[str, str]]
+    ) -> None:
+        """A target scraped much less often than Δ: two replicas' samples of one scrape can then be more
+        than Δ/2 apart and would count as two scrapes. Said once per pull and target."""
+        if len(scrapes) < 3:
+            return
+        interval = float(np.median(np.diff(scrapes)))
+        name = "/".join(target[1:3]) or target[3]
+        if interval <= 1.5 * self.scrape_interval_ms or ("interval", name) in warned:
+            return
+        warned.add(("interval", name))
+        log.warning(
+            "Prometheus %s: target %s (replica %s) is scraped every %g s, but scrape_interval_seconds is %g: "
+            "its replicas' samples of one scrape may lie more than half of that apart and count twice (R1); "
+            "set scrape_interval_seconds to the scrape interval",
+            self.url,
+            name,
+            ",".join(v for v in replica if v),
+            interval / 1000,
+            self.scrape_interval_ms / 1000,
+        )
+
+
+__all__ = ["ReplicaDedupe", "Span", "chunks", "day_parts", "margins", "split_when_too_large"]
