@@ -147,6 +147,7 @@ def test_invoices_are_the_stored_lines_in_scope(app: Callable[..., AppTest], con
         "FOCUS 1.2 (CSV)",
         "evaluation: lines (CSV)",
         "evaluation: invoice (HTML)",
+        "evaluation: invoice (PDF)",
     ]
 
 

@@ -15,6 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+import gpumeter_sim as simulator
 from gpumeter.billing.focus import focus_csv
 from gpumeter.billing.invoices import Period, invoice_csv
 from gpumeter.billing.periods import close_period, invoice_lines_path
@@ -29,11 +30,11 @@ from gpumeter.views.scoped import (
     Viewer,
     ViewerError,
     Views,
+    config_for,
     frame_csv,
     local_viewer,
     viewer_for_identity,
 )
-from gpumeter_sim import factory as simulator
 
 pytestmark = pytest.mark.slow
 
@@ -124,8 +125,9 @@ def test_local_mode_viewer_from_the_environment_setting() -> None:
     assert local_viewer(config, "") == Viewer("finance", None, "local mode")
     assert local_viewer(config, "ops").role == "ops"
     assert local_viewer(config, "tenant:serving") == Viewer("tenant", "serving", "local mode")
-    with pytest.raises(ViewerError, match="no tenant 'nobody'"):
+    with pytest.raises(ViewerError, match="no tenant 'nobody'") as refused:
         local_viewer(config, "tenant:nobody")
+    assert not any(t.name in str(refused.value) for t in config.tenants)  # shown on the page: names none
     with pytest.raises(ViewerError, match="use finance, ops or tenant"):
         local_viewer(config, "admin")
 
@@ -237,6 +239,7 @@ def test_a_tenant_viewer_never_reaches_another_tenants_rows(
         assert not any(f",{other}," in export for other in others)
     budget_rows = views.tenant_daily_cost(viewer, filters)
     assert set(budget_rows.column("tenant").to_pylist()) <= {tenant}
+    assert {s.tenant for s in views.budgets(viewer, filters)} <= {tenant}  # config-derived rows too
     assert views.options(viewer).tenants == [tenant]
     for name in POOL_VIEWS:
         with pytest.raises(AccessDenied):
@@ -268,6 +271,55 @@ def test_an_empty_warehouse_reads_as_no_rows(tmp_path: Path) -> None:
     assert views.options(Viewer("finance")).periods == []
     assert views.tenant_charges(Viewer("finance"), Filters(NOVEMBER)).is_empty()
     assert views.invoice_lines(Viewer("finance"), Filters(NOVEMBER)).num_rows == 0
+
+
+# --- what comes from the config is scoped like what comes from the marts ---------------------------------
+def test_a_tenant_viewers_budgets_hold_its_own_tenant_only(views: Views, config: Config) -> None:
+    every = {s.tenant: s for s in views.budgets(Viewer("finance"), Filters(NOVEMBER))}
+    assert list(every) == [t.name for t in config.tenants]  # finance: every configured tenant, file order
+    for tenant in config.tenants:
+        mine = views.budgets(Viewer("tenant", tenant.name), Filters(NOVEMBER))
+        assert [s.tenant for s in mine] == [tenant.name]
+        # The same position whoever reads it: spend, budget, cost center, and the forecast over the same days.
+        assert mine[0] == every[tenant.name]
+        assert mine[0].budget == Decimal(str(tenant.monthly_budget))
+        assert mine[0].cost_center == tenant.cost_center
+    spent = mart(config, "tenant_daily_cost").filter(pl.col("tenant") == "serving")["amount"].sum()
+    assert every["serving"].spent == spent
+    # Under any GPU model filter too, where a tenant may have spent nothing on a day the pool was metered.
+    for model in [m.model for m in config.rate_card.models]:
+        narrowed = Filters(NOVEMBER, gpu_models=(model,))
+        finance = {s.tenant: s for s in views.budgets(Viewer("finance"), narrowed)}
+        for tenant in config.tenants:
+            assert views.budgets(Viewer("tenant", tenant.name), narrowed) == [finance[tenant.name]], model
+
+
+def test_finance_budgets_follow_the_tenant_filter(views: Views) -> None:
+    picked = views.budgets(Viewer("finance"), Filters(NOVEMBER, tenants=("serving", "research")))
+    assert [s.tenant for s in picked] == ["research", "serving"]  # config order, only those picked
+    alone = views.budgets(Viewer("finance"), Filters(NOVEMBER, tenants=("serving",)))
+    assert alone == [s for s in picked if s.tenant == "serving"]  # picking others changes no figure
+    assert views.budgets(Viewer("tenant", "research"), Filters(NOVEMBER, tenants=("serving",))) == []
+    assert views.budgets(Viewer("finance"), Filters(Period(2026, 12))) == []  # nothing metered
+
+
+def test_a_tenant_viewers_config_holds_its_own_tenant_only(config: Config) -> None:
+    roles = parse_config(
+        ROLES_YAML.replace("namespaces: [inference]}", "namespaces: [inference], cost_center: CC-9}")
+    )
+    finance = config_for(roles, Viewer("finance"))
+    assert finance is roles
+    scoped = config_for(roles, Viewer("tenant", "research"))
+    assert [t.name for t in scoped.tenants] == ["research"]
+    assert scoped.dashboard.roles == [] and scoped.dashboard.email_claim == roles.dashboard.email_claim
+    text = scoped.model_dump_json()
+    for leaked in ("serving", "inference", "CC-9", "finance.example.com", "alice@", "team-serving"):
+        assert leaked not in text, leaked
+    demo = config_for(config, Viewer("tenant", "serving"))
+    assert [(t.name, t.cost_center, t.monthly_budget, t.kueue_cluster_queues) for t in demo.tenants] == [
+        ("serving", "CC-2100", 12000, ["serving"])
+    ]
+    assert (demo.rate_card, demo.currency, demo.pool) == (config.rate_card, config.currency, config.pool)
 
 
 def test_a_closed_period_shows_its_lines_of_record_r16(views: Views, config: Config) -> None:

@@ -134,7 +134,8 @@ def main() -> None:
     filters = _filters(views, viewer)
     if filters is None:
         st.stop()
-    remember(Context(config, views, viewer, filters))
+    # The pages get the config as the viewer may read it: a tenant's holds no other tenant (views/scoped.py).
+    remember(Context(views.config_for(viewer), views, viewer, filters))
     if viewer.sees_all_tenants:
         sections = {"Finance": _pages(FINANCE), "Platform ops": _pages(OPS), "Tenants": _pages(USAGE)}
     else:

@@ -16,7 +16,7 @@ from gpumeter.views.scoped import AccessDenied, Filters, Viewer, Views, frame_cs
 
 @dataclass(frozen=True)
 class Context:
-    config: Config
+    config: Config  # as the viewer may read it (`Views.config_for`): a tenant's names no other tenant
     views: Views
     viewer: Viewer
     filters: Filters

@@ -4,14 +4,14 @@ gpumeter/views/scoped.py returns for that viewer: no page filters rows by itself
 from __future__ import annotations
 
 from decimal import Decimal
+from functools import partial
 
 import plotly.express as px
 import plotly.graph_objects as go
 import polars as pl
 import streamlit as st
 
-from gpumeter.billing.budgets import budget_status
-from gpumeter.billing.documents import render_invoice
+from gpumeter.billing.documents import render_invoice, render_invoice_pdf
 from gpumeter.billing.focus import focus_csv
 from gpumeter.billing.invoices import billed_tenants, invoice_csv, tenant_lines
 from gpumeter.config import IDLE, UNALLOCATED
@@ -97,8 +97,8 @@ def charges(ctx: Context) -> None:
 
 def budgets(ctx: Context) -> None:
     st.title(f"Budgets — {ctx.filters.period}")
-    daily = ctx.views.tenant_daily_cost(ctx.viewer, ctx.filters)
-    statuses = budget_status(daily, ctx.config, ctx.filters.period) if daily.num_rows else []
+    # Scoped by the data layer, config included: a tenant viewer's budgets hold its own tenant only.
+    statuses = ctx.views.budgets(ctx.viewer, ctx.filters)
     if not statuses:
         st.info("No spend metered for these filters.")
         return
@@ -189,7 +189,7 @@ def invoices(ctx: Context) -> None:
     if tenants:
         st.subheader("Per tenant")
     for tenant in tenants:
-        csv_col, html_col, _ = st.columns(3)
+        csv_col, html_col, pdf_col = st.columns(3)
         with csv_col:
             _download(
                 f"{tenant}: lines (CSV)",
@@ -203,6 +203,16 @@ def invoices(ctx: Context) -> None:
                 render_invoice(lines, ctx.config, period, tenant, status),
                 paths.invoice_document_name(period, tenant),
                 "text/html",
+            )
+        with pdf_col:  # rendered on click (a second or so per tenant), not on every rerun of the page
+            label, name = f"{tenant}: invoice (PDF)", paths.invoice_document_name(period, tenant, ".pdf")
+            st.download_button(
+                label,
+                partial(render_invoice_pdf, lines, ctx.config, period, tenant, status),
+                file_name=name,
+                mime="application/pdf",
+                key=f"dl-{label}-{name}",
+                on_click="ignore",
             )
 
 

@@ -2,6 +2,10 @@
 tenant scope itself, in SQL with bound parameters: a page cannot widen it, and no filter value is ever
 spliced into SQL text. Pool-level views (capacity, MIG layout, data quality) are refused to tenant viewers.
 
+What comes from the config is scoped the same way: `config_for(viewer)` is the config a viewer may read (a
+tenant viewer's holds its own tenant only: no other tenant's name, cost center, budget, namespaces or Kueue
+queues, and no role mappings), and every view that reads the config (budgets) reads that one.
+
 Reads go through `Warehouse.connect()` (in-memory DuckDB views over the Parquet files), so the dashboard never
 holds a lock the pipeline needs; a day the pipeline is rewriting is read as the old or the new file (atomic
 renames), never half of one.
@@ -19,6 +23,7 @@ from typing import Any, Literal
 import polars as pl
 import pyarrow as pa
 
+from gpumeter.billing.budgets import BudgetStatus, budget_status
 from gpumeter.billing.invoices import INVOICE_SCHEMA, Period, csv_text, neutralize
 from gpumeter.billing.periods import status_of, stored_lines
 from gpumeter.billing.status import Status
@@ -87,13 +92,26 @@ def local_viewer(config: Config, setting: str | None = None) -> Viewer:
         return Viewer("ops", identity="local mode")
     if text.startswith("tenant:"):
         tenant = text.removeprefix("tenant:").strip()
-        names = [t.name for t in config.tenants]
-        if tenant not in names:
+        if tenant not in {t.name for t in config.tenants}:
+            # The message is shown on the page, to whoever opens it: it names no configured tenant.
             raise ViewerError(
-                f"{VIEWER_ENV}={text!r}: no tenant {tenant!r} in the config (tenants: {', '.join(names)})"
+                f"{VIEWER_ENV}={text!r}: no tenant {tenant!r} in the config; use the name of one of the "
+                "config's `tenants`"
             )
         return Viewer("tenant", tenant, identity="local mode")
     raise ViewerError(f"{VIEWER_ENV}={text!r}: use finance, ops or tenant:<name>")
+
+
+def config_for(config: Config, viewer: Viewer) -> Config:
+    """The config as `viewer` may read it. Finance and ops: all of it. A tenant viewer: its own tenant only
+    (name, cost center, budget, namespaces, Kueue queues), and no role mappings (who else may sign in, and
+    as what, is not a tenant's to read). Prices, currency and pool name are the same for everyone."""
+    if viewer.sees_all_tenants:
+        return config
+    own = [t for t in config.tenants if t.name == viewer.tenant]
+    return config.model_copy(
+        update={"tenants": own, "dashboard": config.dashboard.model_copy(update={"roles": []})}
+    )
 
 
 @dataclass(frozen=True)
@@ -134,7 +152,7 @@ class Views:
     """Scoped reads of one warehouse. One DuckDB session per instance; cheap to make per page render."""
 
     def __init__(self, warehouse: Warehouse, config: Config):
-        self.config = config
+        self._config = config  # all of it: pages get `config_for(viewer)`
         self.warehouse = warehouse
         self.con = warehouse.connect()
         self.con.execute("set TimeZone = 'UTC'")  # days and hours are UTC (R2)
@@ -142,6 +160,10 @@ class Views:
 
     def close(self) -> None:
         self.con.close()
+
+    def config_for(self, viewer: Viewer) -> Config:
+        """The config as `viewer` may read it (module function `config_for`): what the pages get."""
+        return config_for(self._config, viewer)
 
     # --- plumbing ------------------------------------------------------------------------------
     def _frame(self, sql: str, params: list[Any], needs: tuple[str, ...]) -> pl.DataFrame:
@@ -199,7 +221,7 @@ class Views:
             tenants = [viewer.tenant or ""]
         else:
             found = set(distinct("tenant"))
-            configured = [t.name for t in self.config.tenants]
+            configured = [t.name for t in self._config.tenants]
             tenants = configured + sorted(found - set(configured) - {IDLE, UNALLOCATED})
             tenants += [b for b in (UNALLOCATED, IDLE) if b in found]
         return Options(periods, clusters, tenants, models)
@@ -275,6 +297,39 @@ class Views:
         sql = f"select * from tenant_daily_cost where {where.sql}"
         return self.con.sql(sql, params=where.params).to_arrow_table()
 
+    def budgets(self, viewer: Viewer, filters: Filters) -> list[BudgetStatus]:
+        """Budget positions (gpumeter/billing/budgets.py) of the tenants in scope: a tenant viewer's hold its
+        own tenant only, whatever the config lists; finance's hold the tenants its tenant filter picks (all
+        when none is picked). The budgets and cost centers come from the viewer's config (`config_for`).
+
+        A metered day counts for every tenant alike (budgets.py): the days come from the whole pool under
+        the cluster and GPU model filters, so that a tenant's forecast is the same whoever reads it. They
+        reach `budget_status` as zero-amount `__idle__` rows, which count the day and are no one's spend."""
+        if "tenant_daily_cost" not in self.tables:
+            return []
+        columns = ["day", "tenant", "cost_center", "amount"]
+        rows = self.tenant_daily_cost(viewer, filters).select(columns)
+        where = self._pool_where(filters, model_col="gpu_model")
+        days = [
+            r[0]
+            for r in self.con.execute(
+                f"select distinct day from tenant_daily_cost where {where.sql} order by day", where.params
+            ).fetchall()
+        ]
+        if not days:
+            return []
+        markers = pa.table(
+            {
+                "day": days,
+                "tenant": [IDLE] * len(days),
+                "cost_center": [None] * len(days),
+                "amount": [Decimal(0)] * len(days),
+            },
+            schema=rows.schema,
+        )
+        statuses = budget_status(pa.concat_tables([rows, markers]), self.config_for(viewer), filters.period)
+        return [s for s in statuses if not filters.tenants or s.tenant in filters.tenants]
+
     def invoice_lines(self, viewer: Viewer, filters: Filters) -> pa.Table:
         """The period's lines of record (R14; the closed copy once the period is closed, R16), in scope.
         Cluster does not apply: lines are per pool."""
@@ -297,7 +352,7 @@ class Views:
         stored = stored_lines(self.warehouse, str(filters.period))
         if stored is None:
             return None
-        return status_of(self.warehouse, str(filters.period), stored, self.config.minor_unit)
+        return status_of(self.warehouse, str(filters.period), stored, self._config.minor_unit)
 
     # --- platform ops --------------------------------------------------------------------------
     def gpu_hourly_heatmap(self, viewer: Viewer, filters: Filters) -> pl.DataFrame:
@@ -313,7 +368,7 @@ class Views:
             from int_device_categories where {where.sql}
             group by cluster, node, uuid, hour order by node, uuid, hour
         """
-        delta = self.config.scrape_interval_seconds
+        delta = self._config.scrape_interval_seconds
         return self._frame(sql, [delta, delta, *where.params], ("int_device_categories",))
 
     def stranded_capacity(self, viewer: Viewer, filters: Filters) -> pl.DataFrame:
@@ -410,7 +465,7 @@ class Views:
         """
         return self._frame(
             sql,
-            [self.config.scrape_interval_seconds, *where.params],
+            [self._config.scrape_interval_seconds, *where.params],
             ("int_device_categories", "int_device_holders", "int_device_samples", "device_seconds"),
         )
 
@@ -476,7 +531,7 @@ class Views:
             self._pool_where(filters).params,
             ("pool_daily_cost",),
         )
-        clusters = list(filters.clusters) or [c.name for c in self.config.clusters]
+        clusters = list(filters.clusters) or [c.name for c in self._config.clusters]
         if metered.is_empty():
             return pl.DataFrame(
                 {"cluster": [], "missing_day": []}, schema={"cluster": pl.Utf8, "missing_day": pl.Date}
@@ -547,6 +602,7 @@ __all__ = [
     "Viewer",
     "ViewerError",
     "Views",
+    "config_for",
     "frame_csv",
     "local_viewer",
     "viewer_for_identity",
