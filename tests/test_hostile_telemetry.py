@@ -30,7 +30,7 @@ from gpumeter.ingest.schema import (
     DCGM_XID,
 )
 from gpumeter.models.project import AccountingError, load_models
-from gpumeter.models.runner import _load_raw, _require_distinct_series, _set_variables, meter_day
+from gpumeter.models.runner import _load_raw, _set_variables, check_assertions, meter_day
 from gpumeter.pipelines.checks import quarantined_samples
 from tests.test_rules import (
     A100,
@@ -264,8 +264,9 @@ def test_two_label_sets_under_one_series_key_stop_the_day() -> None:
             "create table stg_dcgm_series as select * from (values (42::ubigint, 'n1'), (42::ubigint, 'n2')) "
             "as t(series_key, node)"
         )
+        series = next(m for m in load_models() if m.name == "stg_dcgm_series")
         with pytest.raises(AccountingError, match="share the key 42"):
-            _require_distinct_series(con)
+            check_assertions(con, series)
     finally:
         con.close()
 

@@ -112,7 +112,8 @@ def mig_slices(config: Config, model_name: str, profile: str) -> tuple[int, int,
     if not 1 <= compute <= 7:
         raise CatalogError(f"MIG profile {profile!r} on {model_name!r} claims {compute} of 7 compute slices")
     warnings.warn(
-        f"MIG profile {profile!r} on {model_name!r} is not in the catalog{ambiguity}: weighing it {compute}/7 (R3)",
+        f"MIG profile {profile!r} on {model_name!r} is not in the catalog{ambiguity}: weighing it {compute}/7 of "
+        "the GPU by its compute slices; add it under rate_card.mig_catalog in the config to weigh it exactly",
         CatalogWarning,
         stacklevel=2,
     )

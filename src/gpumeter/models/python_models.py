@@ -43,7 +43,8 @@ def _device_classes(con: duckdb.DuckDBPyConnection, config: Config) -> pa.Table:
     for (model, profile), node in sorted(pairs.items(), key=lambda kv: (kv[0][0] or "", kv[0][1] or "")):
         if model is None:
             raise AccountingError(
-                f"DCGM series on node {node!r} carry no modelName label; cannot price them (R8)"
+                f"DCGM series on node {node!r} carry no modelName label, so they cannot be priced; check that "
+                "dcgm-exporter on the node exports the modelName label"
             )
         try:
             cls = resolve_device_class(config, model, profile, node)

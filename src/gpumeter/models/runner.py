@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 import warnings
 from collections.abc import Callable, Collection, Mapping, Sequence
-from datetime import UTC, date, datetime
+from datetime import date
 from pathlib import Path
 
 import duckdb
@@ -19,7 +19,15 @@ from gpumeter.config import Config
 from gpumeter.ingest.contract import RawDay, RawFiles, day_bounds_ms, lookback_ms
 from gpumeter.ingest.schema import OPTIONAL_RAW_COLUMNS, RAW_TABLES
 from gpumeter.models.money import MONEY_UNITS_BASE, WEIGHT_SCALE, price_units
-from gpumeter.models.project import LAYERS, MACROS, AccountingError, Model, load_models
+from gpumeter.models.project import (
+    LAYERS,
+    MACROS,
+    AccountingError,
+    Model,
+    ProjectError,
+    load_models,
+    reads,
+)
 from gpumeter.models.python_models import PYTHON_MODEL_FUNCTIONS
 from gpumeter.storage.objectstore import duckdb_paths
 
@@ -73,12 +81,14 @@ def meter_day(
     at fleet scale). With `temp_directory`, the models are tables of a DuckDB database file there (removed by
     the caller with the directory), else of an in-memory one; DuckDB spills there past
     `warehouse.memory_limit`. With `profile_dir`, each SQL model's DuckDB query profile (EXPLAIN ANALYZE, as
-    JSON) is written there as <model>.json (bench/)."""
+    JSON) is written there as <model>.json (bench/).
+
+    Each model must output the columns its schema.yml declares (ProjectError), and the assertions it declares
+    run right after it: the first row one returns stops the day with its message (AccountingError)."""
     if temp_directory is not None:
         temp_directory.mkdir(parents=True, exist_ok=True)
         # A database file, not temp tables: its tables are compressed and the buffer manager can evict them,
-        # while in-memory temp tables fill memory_limit and push the running query's state out to disk
-        # (1,000 GPUs: 1.8 GB spilled by int_device_samples alone, bench/README.md).
+        # while in-memory temp tables fill memory_limit and push the running query's state out to disk.
         database = temp_directory / "models.duckdb"
         for stale in (database, database.with_name(database.name + ".wal")):
             stale.unlink(missing_ok=True)  # a killed run's models are not this run's
@@ -91,8 +101,8 @@ def meter_day(
     try:
         con.execute("set threads to 2")
         # DuckDB plans an ASOF join as a nested loop when it *estimates* the left side under this many rows;
-        # the estimate after a join chain can be 6 where the truth is millions (KAI members x pod phases:
-        # 72 % of a 256-GPU day, bench/README.md). The sort-merge ASOF join is right at every size.
+        # the estimate after a join chain can be 6 where the truth is millions. The sort-merge ASOF join is
+        # right at every size.
         con.execute("set asof_loop_join_threshold = 0")
         con.execute("set memory_limit = ?", [config.warehouse.memory_limit])
         if temp_directory is not None:
@@ -102,32 +112,37 @@ def meter_day(
         con.execute(MACROS.read_text(encoding="utf-8"))
         if profile_dir is not None:
             profile_dir.mkdir(parents=True, exist_ok=True)
-            con.execute("set enable_profiling = 'json'")
         results: dict[str, pa.Table] = {}
         with warnings.catch_warnings():
             warnings.simplefilter("default")
             for model in models:
                 _identifier(model.name)  # interpolated into SQL below: only a plain name may get there
                 if model.sql is None:
+                    if model.name not in PYTHON_MODEL_FUNCTIONS:
+                        raise ProjectError(
+                            f"{model.schema_path}: model {model.name} is declared in Python, but "
+                            "gpumeter.models.python_models has no function for it"
+                        )
                     table = PYTHON_MODEL_FUNCTIONS[model.name](con, config)
                     con.register(f"{model.name}__arrow", table)
                     con.execute(f"create table {model.name} as select * from {model.name}__arrow")
                     con.unregister(f"{model.name}__arrow")
                 else:
                     if profile_dir is not None:
+                        con.execute("set enable_profiling = 'json'")
                         con.execute("set profiling_output = ?", [str(profile_dir / f"{model.name}.json")])
                     kind = "temp view" if model.ephemeral else "table"
                     try:
                         con.execute(f"create {kind} {model.name} as {model.sql}")
                     except duckdb.Error as exc:
                         raise AccountingError(f"model {model.layer}/{model.name}.sql failed: {exc}") from exc
+                    if profile_dir is not None:
+                        con.execute("pragma disable_profiling")  # the profile is the model's query alone
+                check_columns(con, model)
+                check_assertions(con, model)
                 # Marts are read by people and diffed by finance: a stable row order makes a re-run's
                 # files identical to the byte (R15). Larger intermediate tables keep the engine's order.
                 order = " order by all" if model.layer == "marts" else ""
-                if model.name == "int_gpu_samples":
-                    _require_prices(con)
-                if model.name == "stg_dcgm_series":
-                    _require_distinct_series(con)
                 if model.layer in keep_layers and not model.ephemeral:
                     results[model.name] = con.sql(f"select * from {model.name}{order}").to_arrow_table()
                 # A model nothing later reads is dropped: memory goes to the queries still to run.
@@ -141,25 +156,12 @@ def meter_day(
 
 
 def _last_use(models: Sequence[Model]) -> dict[str, list[str]]:
-    """{model: the models whose last reader it is}: after it runs, they can be dropped. A view (an ephemeral
-    model) reads its own dependencies whenever it is read, so they live as long as its readers."""
-    by_name = {m.name: m for m in models}
-
-    def reads(model: Model) -> set[str]:
-        found: set[str] = set()
-        pending = list(model.deps)
-        while pending:
-            dep = pending.pop()
-            if dep in found:
-                continue
-            found.add(dep)
-            if dep in by_name and by_name[dep].ephemeral:
-                pending.extend(by_name[dep].deps)
-        return found
-
+    """{model: the models whose last reader it is}: after it (and its assertions) ran, they can be dropped. A
+    view (an ephemeral model) reads its own dependencies whenever it is read, so they live as long as its
+    readers."""
     last: dict[str, str] = {}
     for model in models:
-        for dep in reads(model):
+        for dep in reads(model, models):
             if dep not in RAW_TABLES:
                 last[dep] = model.name
     by_reader: dict[str, list[str]] = {}
@@ -208,37 +210,49 @@ def _load_raw(con: duckdb.DuckDBPyConnection, raw: RawDay | RawFiles) -> None:
             ) from exc
 
 
-def _require_prices(con: duckdb.DuckDBPyConnection) -> None:
-    """R8: a GPU whose price cannot be resolved stops the run, naming model and node; never a silent zero."""
-    missing = con.execute(
-        "select model_name, node, min(ts_ms) from int_gpu_samples where gpu_price_per_hour is null "
-        "group by all order by all limit 1"
-    ).fetchone()
-    if missing:
-        model, node, ts_ms = missing
-        when = datetime.fromtimestamp(ts_ms / 1000, UTC).isoformat().replace("+00:00", "Z")
-        raise AccountingError(
-            f"GPU model {model!r} on node {node!r} has no price at {when}: OpenCost's node_gpu_hourly_cost has no "
-            "sample for the node within kube_lookback_seconds (price_source: opencost); check that OpenCost is "
-            "scraped, or price the model under rate_card.models with price_source: rate_card"
-        )
-
-
 _IDENTIFIER = re.compile(r"[a-z][a-z0-9_]*")
 
 
-def _require_distinct_series(con: duckdb.DuckDBPyConnection) -> None:
-    """Series are keyed by a 64-bit hash of their labels (stg_dcgm_judged): two label sets with one key would
-    merge two series' samples (R1), so the day stops instead. Never seen: under 10^-9 for the ~90 k series
-    of a 10,000-GPU day."""
-    clash = con.sql(
-        "select series_key from stg_dcgm_series group by all having count(*) > 1 limit 1"
-    ).fetchall()
-    if clash:
-        raise AccountingError(
-            f"two DCGM series share the key {clash[0][0]} (a hash collision of their labels): the day cannot be "
-            "metered exactly; report it with the day's raw files"
-        )
+def check_columns(con: duckdb.DuckDBPyConnection, model: Model) -> None:
+    """The model outputs the columns its schema.yml declares, in that order and of those types, as a dbt
+    model contract: a column added to the SQL and not to the declaration is an error, not a silent change."""
+    output = [(row[0], row[1]) for row in con.execute(f"describe {_identifier(model.name)}").fetchall()]
+    declared = [(c.name, c.data_type) for c in model.columns]
+    if output == declared:
+        return
+    output_types, declared_types = dict(output), dict(declared)
+    problems = []
+    if extra := [f"{n} ({t})" for n, t in output if n not in declared_types]:
+        problems.append(f"outputs column(s) it does not declare: {', '.join(extra)}")
+    if missing := [n for n, _ in declared if n not in output_types]:
+        problems.append(f"declares column(s) it does not output: {', '.join(missing)}")
+    for name, data_type in output:
+        if name in declared_types and declared_types[name] != data_type:
+            problems.append(f"outputs {name} as {data_type}, declared {declared_types[name]}")
+    if not problems:
+        problems.append(f"outputs its columns in the order {', '.join(n for n, _ in output)}")
+    raise ProjectError(
+        f"{model.path}: model {model.name} " + "; ".join(problems) + f": make {model.schema_path} declare "
+        "the columns as the model outputs them"
+    )
+
+
+def check_assertions(con: duckdb.DuckDBPyConnection, model: Model) -> None:
+    """Run the assertions the model declares: the first row an assertion returns stops the day with its
+    `message` (rows in the assertion's own order)."""
+    for assertion in model.assertions:
+        try:
+            cursor = con.execute(assertion.sql)
+            columns = [d[0] for d in cursor.description or ()]
+            offending = cursor.fetchone()
+        except duckdb.Error as exc:
+            raise AccountingError(
+                f"assertion {assertion.path} (of model {model.name}) failed: {exc}"
+            ) from exc
+        if "message" not in columns:
+            raise ProjectError(f"{assertion.path}: assertion {assertion.name} returns no `message` column")
+        if offending is not None:
+            raise AccountingError(str(offending[columns.index("message")]))
 
 
 def _identifier(name: str) -> str:

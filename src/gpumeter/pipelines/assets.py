@@ -15,13 +15,16 @@ from dagster import (
     MaterializeResult,
     MetadataValue,
     MultiPartitionsDefinition,
+    TableColumn,
+    TableConstraints,
+    TableSchema,
     multi_asset,
 )
 
 from gpumeter.ingest.contract import lookback_ms
 from gpumeter.ingest.pull import pull_raw_day
 from gpumeter.models.partition import meter_partition_day
-from gpumeter.models.project import lineage_deps, load_models
+from gpumeter.models.project import Model, lineage_deps, load_models
 from gpumeter.pipelines import checks
 from gpumeter.pipelines.checks import CHECK_SPECS
 from gpumeter.pipelines.partitions import split_cluster_day
@@ -37,6 +40,17 @@ RAW_SPECS = [
     AssetSpec("raw_dra_devices", group_name=RAW_GROUP, description="ResourceSlice devices (DRA)."),
 ]
 
+
+def column_schema(model: Model) -> TableSchema:
+    """The model's declared columns (its schema.yml) as Dagster's column schema, its grain as a constraint."""
+    grain = f"one row per ({', '.join(model.grain)})" if model.grain else "one row"
+    return TableSchema(
+        columns=[TableColumn(c.name, c.data_type, description=c.description) for c in model.columns],
+        constraints=TableConstraints(other=[grain]),
+    )
+
+
+# Description and columns from the models' schema.yml files (gpumeter.models.project).
 MODEL_SPECS = [
     AssetSpec(
         model.name,
@@ -44,6 +58,7 @@ MODEL_SPECS = [
         description=model.description,
         deps=[AssetKey(dep) for dep in lineage_deps(model)],
         kinds={"duckdb", "python" if model.sql is None else "sql"},
+        metadata={"dagster/column_schema": column_schema(model)},
     )
     for model in load_models()
     if not model.ephemeral

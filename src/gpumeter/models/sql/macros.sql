@@ -1,4 +1,22 @@
--- Expressions shared by the models, created once per session before any model runs (accounting.meter_day).
+-- Expressions the models share, created once per session before any model runs (gpumeter.models.runner).
+-- A macro is expanded where it is called: it costs what the expression it stands for costs.
+
+-- The metered day, as the `day` column of a model.
+create or replace macro metered_day() as getvariable('day')::date;
+
+-- R2: a timestamp of the day itself (half-open), not of its lookback.
+create or replace macro within_day(ts_ms) as
+    ts_ms >= getvariable('day_start_ms') and ts_ms < getvariable('day_end_ms');
+
+-- R2: a raw row of this (cluster, day) or of its lookback before midnight (the window the pull fetched).
+create or replace macro in_window(cluster, ts_ms) as
+    cluster = getvariable('cluster') and ts_ms >= getvariable('window_start_ms') and ts_ms < getvariable('day_end_ms');
+
+-- R1: the seconds a sample stands for (Δ) times its factors, as DECIMAL before any sum, so that sums are exact
+-- and do not depend on row order. The factors multiply Δ from the left, in the order given.
+create or replace macro sample_seconds(a) as cast(getvariable('scrape_s') * a as decimal(38, 12)),
+    (a, b) as cast(getvariable('scrape_s') * a * b as decimal(38, 12)),
+    (a, b, c) as cast(getvariable('scrape_s') * a * b * c as decimal(38, 12));
 
 -- R12: an amount counted in integer units of 1 / units_per_currency (int_money_scale), shown as a decimal of
 -- 12 places, rounded half up. The exact amount is the units; this is its readable form.
@@ -7,6 +25,27 @@ create or replace macro units_to_money(units, units_per_currency) as
         (2 * units + units_per_currency // 1000000000000) // (2 * (units_per_currency // 1000000000000))
         as decimal(38, 0)
     ) * 0.000000000001::decimal(13, 12);
+
+-- R9, R12: the money units of a sample's GPU time: Δ in ms × 1,000 × a price in 1e-8 of the currency per hour
+-- × a weight in 56ths × a share in 1 / share_lcm (or a sum of price × share). In HUGEINT from the first factor,
+-- so that no product overflows; integer products are exact in any order.
+create or replace macro time_money_units(price_units, weight_units) as
+    getvariable('scrape_ms')::hugeint * 1000 * price_units * weight_units,
+    (price_units, weight_units, share_units) as
+    getvariable('scrape_ms')::hugeint * 1000 * price_units * weight_units * share_units;
+
+-- R10, R14: the money units of energy: mJ × energy_price_per_kwh in 1e-8 × a weight in 56ths × a share in
+-- 1 / share_lcm (or a sum of mJ × share); a kWh's 3.6 × 10^9 mJ are in the unit (gpumeter.models.money).
+create or replace macro energy_money_units(energy_mj, weight_units) as
+    energy_mj::hugeint * getvariable('energy_price_units') * weight_units,
+    (energy_mj, weight_units, share_units) as
+    energy_mj::hugeint * getvariable('energy_price_units') * weight_units * share_units;
+
+-- R10: units × a fraction of the tariff in millionths (hybrid's reserved_fraction), rounded half up to a unit.
+create or replace macro tariff_fraction_units(units, millionths) as (units * millionths + 500000) // 1000000;
+
+-- R10, R14: energy is billed on lines of its own (an energy price is configured).
+create or replace macro energy_priced() as getvariable('energy_price_per_kwh') is not null;
 
 -- R6, R12: a device sample's share (share_numerator / share_denominator) as a whole number of 1 / share_lcm.
 create or replace macro share_units(share_numerator, share_denominator, share_lcm) as
@@ -22,6 +61,9 @@ create or replace macro scrape_target(target, metric) as coalesce(target, split_
 create or replace macro holds_until(ts_ms, next_scrape_ms) as
     least(coalesce(next_scrape_ms, ts_ms + getvariable('lookback_ms') + 1), ts_ms + getvariable('lookback_ms') + 1);
 
--- R2: a raw row of this (cluster, day) or of its lookback before midnight (the window the pull fetched).
-create or replace macro in_window(cluster, ts_ms) as
-    cluster = getvariable('cluster') and ts_ms >= getvariable('window_start_ms') and ts_ms < getvariable('day_end_ms');
+-- A timestamp in ms as UTC text, e.g. 2026-11-01T00:01:00Z (microseconds shown where there are some).
+create or replace macro utc_text(ts_ms) as
+    case
+        when ts_ms % 1000 = 0 then strftime(epoch_ms(ts_ms), '%Y-%m-%dT%H:%M:%SZ')
+        else strftime(epoch_ms(ts_ms), '%Y-%m-%dT%H:%M:%S.%fZ')
+    end;

@@ -1,4 +1,5 @@
--- Every observed device sample in exactly one R11 category, in GPU-equivalent seconds.
+-- One row per observed device sample: its R11 category (unhealthy, allocated_active, allocated_idle,
+-- unschedulable or unallocated) and its GPU-equivalent seconds.
 with held as (
     select distinct device_id, ts_ms from int_device_holders
 )
@@ -23,6 +24,6 @@ select
         when d.unschedulable then 'unschedulable'
         else 'unallocated'
     end as category,
-    cast(getvariable('scrape_s') * d.weight as decimal(38, 12)) as gpu_seconds
+    sample_seconds(d.weight) as gpu_seconds
 from int_device_samples as d
 left join held as h on h.device_id = d.device_id and h.ts_ms = d.ts_ms

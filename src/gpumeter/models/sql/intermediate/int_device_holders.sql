@@ -1,4 +1,5 @@
--- One row per (device sample, holder), with each holder's share of it (R5, R6).
+-- One row per device sample × holder: the pods that hold a device at a sample (R5: DCGM pod labels, KAI GPU
+-- groups, DRA claims) and each holder's exact share of it (R6).
 with series_holders as (
     -- Pod labels on a series name its holder (R5); copies of one device for several pods are one
     -- device shared by them (R6).

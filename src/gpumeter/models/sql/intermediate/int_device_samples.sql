@@ -1,7 +1,5 @@
--- One row per billable device sample (R1, R3): a whole GPU, or one MIG instance. vgpu copies of one
--- device collapse into one row (R6: where they disagree the largest stands, order-free, and data_quality
--- reports the sample); at a sample where the GPU is MIG-partitioned its GPU-level series are not a device, and at a sample where
--- it is whole no instance is (int_gpu_samples.is_mig, per sample).
+-- One row per billable device sample (R1, R3): a whole GPU, or one MIG instance, with its class, price, busy
+-- fraction, energy and schedulability; vgpu copies of one device collapse into one row (R6).
 with device_samples as (
     select
         d.cluster,

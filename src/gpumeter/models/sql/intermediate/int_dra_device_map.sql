@@ -1,11 +1,5 @@
--- Which ResourceSlice device each pod-less DCGM device is, and when (R5): one row per (device, slice device,
--- span [valid_from_ms, valid_until_ms), null = unbounded). A whole GPU is every slice device naming its
--- uuid, while that slice device is valid. A MIG instance is found by parentUUID + profile; two instances of
--- one profile on one GPU are told apart by pairing the slice devices' names and the instances' GPU_I_IDs in
--- order (docs/accounting.md R5), per slice version: the day of a (GPU, profile) is cut where any of its
--- slice devices starts or stops being valid, and in each piece the slice devices valid then are paired
--- with the instances that have samples then, so a slice re-published with new names after a re-partition
--- is paired afresh, never ranked together with the names it replaced.
+-- One row per pod-less DCGM device × ResourceSlice device × span of validity (R5): which slice device each
+-- device is, and when (null bounds: unbounded).
 with whole_gpus as (
     select d.device_id, s.driver, s.pool, s.device, s.valid_from_ms, s.valid_until_ms
     from (select distinct device_id, uuid from int_device_samples where gpu_i_id is null) as d

@@ -1,12 +1,5 @@
--- One row per observed GPU sample (R4): a GPU is observed at a sample time when any series of it, the
--- device itself or any MIG instance, has a sample then. Carries the GPU's mode at that sample (R3), its
--- health and energy (R10, R11), and its own frame-buffer reading, which MIG instances that report none are
--- apportioned.
--- Mode, per sample: MIG-partitioned when a series of the GPU then carries a GPU instance id; whole when its
--- GPU-level series shows what only a whole GPU shows (dcgm-exporter reports no GPU_UTIL and attributes no
--- pod to the GPU itself in MIG mode); otherwise (only power, energy, XID…) the mode its last such sample
--- showed in the same observed run — a MIG GPU whose instances are gone is still in MIG mode, its remainder
--- mig_unpartitioned. A gap of more than two scrapes (a GPU reset) ends a run; a run starts whole.
+-- One row per observed GPU sample of the day (R4): the GPU's mode at that sample (R3), its health, price (R8),
+-- energy (R10) and own frame-buffer reading.
 with gpu_readings as (
     select
         d.cluster,
@@ -37,6 +30,7 @@ mig_readings as (
     group by d.uuid, s.ts_ms
 ),
 runs as (
+    -- A gap of more than two scrapes (a GPU reset) ends an observed run; a run starts whole.
     select
         *,
         sum(case when ts_ms - prev_ts_ms <= 2 * getvariable('scrape_s') * 1000 then 0 else 1 end)
@@ -44,6 +38,8 @@ runs as (
     from (select *, lag(ts_ms) over (partition by uuid order by ts_ms) as prev_ts_ms from mig_readings)
 ),
 modes as (
+    -- MIG when a series of the GPU carries a GPU instance id, whole when its GPU-level series shows what only a
+    -- whole GPU shows (GPU_UTIL, a pod); otherwise the mode its last such sample showed in the run.
     select
         uuid,
         ts_ms,
@@ -70,11 +66,11 @@ energy_deltas as (
 priced as (
     -- R8: the rate card's price of the GPU model, or under price_source: opencost the node's latest
     -- node_gpu_hourly_cost sample (at most kube_lookback_seconds old): a price per sample, so a price
-    -- change during the day is time-weighted. A null price stops the run (accounting._require_prices).
+    -- change during the day is time-weighted. A null price stops the run (assert_gpu_samples_are_priced).
     select
         e.*,
         coalesce(c.gpu_price_per_hour, p.gpu_price_per_hour) as gpu_price_per_hour,
-        -- The same price in 1e-8 of the currency (R12: exact money, accounting.price_units).
+        -- The same price in 1e-8 of the currency (R12: exact money, gpumeter.models.money.price_units).
         coalesce(c.gpu_price_units, round(p.gpu_price_per_hour * 100000000)::bigint) as gpu_price_units
     from energy_deltas as e
     join int_device_classes as c on c.model_name = e.model_name and c.mig_profile is null

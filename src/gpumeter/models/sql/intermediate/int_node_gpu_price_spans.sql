@@ -1,7 +1,5 @@
--- One row per span of time in which OpenCost prices a node's GPU-hour at one price (R8, price_source:
--- opencost). A price sample holds from its timestamp until the node's next sample, and for at most
--- kube_lookback_seconds; consecutive samples of one price merge into one span. int_gpu_samples looks the
--- price of each GPU sample up here (a range join on few spans instead of an ASOF join on every sample).
+-- One row per node × span of time in which OpenCost prices the node's GPU-hour at one price (R8,
+-- price_source: opencost).
 with held as (
     select
         node,

@@ -1,11 +1,5 @@
--- One row per span of time in which a node is unschedulable (R11): cordoned, NotReady, or short of the CPU
--- or memory a GPU pod needs. A node sample speaks for the time from its timestamp until the next scrape of
--- kube-state-metrics (R1a: that scrape shows the node again, or the node is gone), and for at most
--- kube_lookback_seconds when the exporter stopped being scraped; consecutive unschedulable samples merge
--- into one span.
--- Why spans and not a lookup per device sample: devices take the state of their node at each sample; an
--- ASOF join of every device sample against every node sample was 40 % of int_device_samples
--- (bench/README.md), while a node is unschedulable in few, long spans.
+-- One row per node × span of time in which the node is unschedulable (R11): cordoned, NotReady, or short of
+-- the CPU or memory a GPU pod needs.
 with flagged as (
     select
         node,

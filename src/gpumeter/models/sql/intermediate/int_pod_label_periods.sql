@@ -1,9 +1,5 @@
--- One row per pod name and period in which one label set names its tenant (R7, R1a). The periods of a pod
--- tile all time: a label set holds from its first sample until the next label set of that pod name starts
--- (a relabel, or the pod recreated under the same name with other labels); the first holds since before the
--- day and the last after it (null bounds), so a device sample that the exporter attributes to the pod a
--- little before or after kube-state-metrics saw it keeps the pod's own labels. Two label sets first shown at
--- the same sample: the larger uid, then the larger label text, stands (order-free, R15).
+-- One row per pod name × period in which one label set names its tenant (R7, R1a); the periods of a pod tile
+-- all time (null bounds: open-ended).
 with starts as (
     select namespace, pod, from_ms, labels_json
     from stg_kube_pod_labels

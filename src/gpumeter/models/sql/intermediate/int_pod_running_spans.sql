@@ -1,10 +1,4 @@
--- One row per span of time in which a pod (by uid) is Running (R5, R1a): consecutive Running samples whose
--- spans touch merge into one. A span ends at the first scrape of kube-state-metrics that shows the pod not
--- Running or does not show it at all (deleted), or kube_lookback_seconds after its last sample when the
--- exporter stopped being scraped. DRA claims and KAI GPU groups hold a device only inside these spans.
--- A span is a run of consecutive scrapes of kube-state-metrics showing the pod Running
--- (stg_kube_target_scrapes.scrape_index); while spans are found a pod is keyed by a hash of (namespace, name,
--- uid): one integer to sort by.
+-- One row per pod (by uid) × span of time in which it is Running (R5, R1a).
 with ranked as (
     select
         hash(namespace, pod, pod_uid) as pod_key,

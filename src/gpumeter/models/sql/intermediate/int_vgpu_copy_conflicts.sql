@@ -1,7 +1,5 @@
--- One row per device sample of the day whose vgpu copies disagree (R1, R6): dcgm-exporter's copies of a
--- shared device for each of its pods carry the whole device's value, so two of them saying 2 % and 80 % is a
--- broken reading. int_device_samples keeps the largest (order-free); data_quality reports the sample, so it
--- is never resolved silently. Only the vgpu series are read: a handful of time-sliced GPUs.
+-- One row per device sample of the day whose vgpu copies disagree (R1, R6): reported by data_quality, never
+-- resolved silently.
 select any_value(d.node) as node, d.device_id, s.ts_ms
 from stg_dcgm_samples as s
 join stg_dcgm_series as d on d.series_key = s.series_key

@@ -1,7 +1,6 @@
--- Grain: day × node. Coverage (observed vs expected GPU-seconds, R4), unobserved GPU-seconds (reported,
--- never billed), the over-booking figures the asset checks read, and the raw samples stg_dcgm_quarantine
--- set aside, with the GPU-seconds at stake (docs/reliability.md). A node may be null: rows without a
--- Hostname label are reported under a null node rather than lost.
+-- One row per node of the day (null: rows without a Hostname label): coverage, observed against expected
+-- GPU-seconds (R4), the over-booking figures the asset checks read, and the raw samples stg_dcgm_quarantine
+-- set aside with the GPU-seconds at stake.
 with observed as (
     select cluster, node, count(*) * getvariable('scrape_s') as observed_gpu_seconds,
            count(distinct uuid) as observed_gpus
@@ -99,8 +98,8 @@ quarantine_seconds as (
     -- Each device sample once, however many of its metrics were hit (R1).
     select
         node,
-        sum(cast(getvariable('scrape_s') * weight as decimal(38, 12))) as gpu_seconds,
-        sum(cast(getvariable('scrape_s') * weight as decimal(38, 12))) filter (where dropped) as dropped_gpu_seconds
+        sum(sample_seconds(weight)) as gpu_seconds,
+        sum(sample_seconds(weight)) filter (where dropped) as dropped_gpu_seconds
     from (
         select node, device_key, ts_ms, max(weight) as weight, bool_or(action = 'dropped') as dropped
         from quarantine
@@ -130,7 +129,7 @@ nodes as (
 )
 select
     getvariable('cluster') as cluster,
-    getvariable('day')::date as day,
+    metered_day() as day,
     n.node,
     coalesce(o.observed_gpus, 0) as observed_gpus,
     e.expected_gpus,

@@ -1,11 +1,9 @@
--- Grain: day × device × holder. What each holder held, used and was charged (R1, R6, R9, R10).
--- Every per-sample quantity is cast to DECIMAL before it is summed, so sums are exact and do not depend
--- on row order or chunking (R1). Money is counted in integer units of the day (int_money_scale: `*_units`,
--- exact, R12); the `*_cost` columns show them as decimals.
+-- One row per device × holder (pod, container) × tenant of the day: what the holder held, used and was charged
+-- (R1, R6, R9, R10), in exact DECIMAL seconds and in integer units of money (R12) shown as decimals.
 with charged as (
 select
     d.cluster,
-    getvariable('day')::date as day,
+    metered_day() as day,
     d.node,
     d.uuid,
     d.gpu_i_id,
@@ -22,10 +20,9 @@ select
     t.cost_center,
     t.tenant_rule,
     count(*) as sample_count,
-    sum(cast(getvariable('scrape_s') * h.share as decimal(38, 12))) as device_seconds,
-    sum(cast(getvariable('scrape_s') * h.share * d.weight as decimal(38, 12))) as gpu_seconds,
-    sum(cast(getvariable('scrape_s') * h.share * d.weight * coalesce(d.busy, 0) as decimal(38, 12)))
-        as busy_gpu_seconds,
+    sum(sample_seconds(h.share)) as device_seconds,
+    sum(sample_seconds(h.share, d.weight)) as gpu_seconds,
+    sum(sample_seconds(h.share, d.weight, coalesce(d.busy, 0))) as busy_gpu_seconds,
     -- R9, R12: Σ price × share per sample, in 1e-8 of the currency × 1/share_lcm; Δ and the device's weight
     -- are the same for every sample of the row and multiply it below.
     sum(d.price_units::hugeint * share_units(h.share_numerator, h.share_denominator, m.share_lcm))
@@ -40,11 +37,9 @@ select
         as energy_share_units,
     any_value(m.units_per_currency) as units_per_currency,
     -- R10 tariff: used: busy device-seconds and the busy part of the reserved charge (docs/tariffs.md).
-    sum(cast(getvariable('scrape_s') * h.share * coalesce(d.busy, 0) as decimal(38, 12))) as busy_device_seconds,
-
+    sum(sample_seconds(h.share, coalesce(d.busy, 0))) as busy_device_seconds,
     sum(cast(d.energy_joules * h.share as decimal(38, 12))) as energy_joules,
-    sum(cast(getvariable('scrape_s') * h.share * coalesce(d.fb_used_mib, 0) as decimal(38, 12)))
-        as fb_used_mib_seconds,
+    sum(sample_seconds(h.share, coalesce(d.fb_used_mib, 0))) as fb_used_mib_seconds,
     max(d.fb_used_mib) as peak_fb_used_mib,
     max(d.busy) as peak_busy
 from int_device_holders as h
@@ -64,9 +59,9 @@ units as (
     -- seconds, a whole number: exact too. Energy: mJ × the price per kWh × the weight in 56ths.
     select
         r.* exclude (price_share_units, busy_price_share_units, energy_share_units),
-        getvariable('scrape_ms')::hugeint * 1000 * w.price_weight_units * r.price_share_units as reserved_units,
+        time_money_units(r.price_share_units, w.price_weight_units) as reserved_units,
         getvariable('scrape_s')::bigint * w.price_weight_units * r.busy_price_share_units as used_units,
-        getvariable('energy_price_units')::hugeint * w.weight_units * r.energy_share_units as energy_units
+        energy_money_units(r.energy_share_units, w.weight_units) as energy_units
     from charged as r
     join (
         select

@@ -1,8 +1,5 @@
--- Grain: day × GPU × MIG layout × MIG instance (and one `unpartitioned` row per MIG GPU and layout). Compute
--- slice-seconds (slices of 7) held, busy and free per instance, and those no instance covers. A GPU that is
--- re-partitioned during the day (R3: its mode is per sample) shows each layout for the samples it had:
--- `layout` names it by its instances' profiles, e.g. `2g.20gb+2g.20gb+3g.40gb`. Decimal sums: the result must
--- not depend on row order (R1).
+-- One row per MIG GPU × layout × MIG instance of the day, and one `unpartitioned` row per MIG GPU and layout:
+-- compute slice-seconds (slices of 7) held, busy and free per instance, and those no instance covers (R3).
 with layouts as (
     -- A layout is keyed by an order-free hash of its instances while samples are grouped; it is named once
     -- per GPU and layout below.
@@ -22,12 +19,9 @@ instances as (
         c.mig_profile,
         min(c.compute_slices) as compute_slices,
         count(*) * getvariable('scrape_s') as observed_seconds,
-        sum(cast(c.compute_slices * getvariable('scrape_s') as decimal(38, 12))) filter (where c.is_held)
-            as held_slice_seconds,
-        sum(cast(c.compute_slices * getvariable('scrape_s') * coalesce(c.busy, 0) as decimal(38, 12)))
-            as busy_slice_seconds,
-        sum(cast(c.compute_slices * getvariable('scrape_s') as decimal(38, 12))) filter (where not c.is_held)
-            as free_slice_seconds
+        sum(sample_seconds(c.compute_slices)) filter (where c.is_held) as held_slice_seconds,
+        sum(sample_seconds(c.compute_slices, coalesce(c.busy, 0))) as busy_slice_seconds,
+        sum(sample_seconds(c.compute_slices)) filter (where not c.is_held) as free_slice_seconds
     from int_device_categories as c
     join layouts as l on l.uuid = c.uuid and l.ts_ms = c.ts_ms
     where c.gpu_i_id is not null
@@ -72,7 +66,7 @@ parts as (
     select * from unpartitioned
 )
 select
-    p.cluster, getvariable('day')::date as day, p.node, p.uuid,
+    p.cluster, metered_day() as day, p.node, p.uuid,
     -- A MIG sample whose instances were all set aside (stg_dcgm_quarantine) has no layout to name.
     coalesce(n.layout, '') as layout,
     p.gpu_i_id, p.gpu_model, p.mig_profile, p.compute_slices, p.observed_seconds, p.held_slice_seconds,

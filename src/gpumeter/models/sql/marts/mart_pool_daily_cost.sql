@@ -1,24 +1,21 @@
--- Grain: day × node × GPU model. Pool cost: every observed GPU-second at its GPU's price (R4, R9), plus
--- every observed GPU's energy at the energy price when one is configured (R10, R14). Money in integer units
--- of the day (int_money_scale: `*_units`, exact, R12) and as decimals.
+-- One row per node × GPU model (× modelName) of the day: the pool cost, every observed GPU-second at its GPU's
+-- price (R4, R9) plus every observed GPU's energy at the energy price (R10, R14), in integer units of money
+-- (R12) and as decimals.
 with costs as (
     select
         g.cluster,
-        getvariable('day')::date as day,
+        metered_day() as day,
         g.node,
         c.gpu_model,
         g.model_name,
         count(*) as gpu_samples,
-        cast(count(*) * getvariable('scrape_s') as decimal(38, 12)) as observed_gpu_seconds,
+        sample_seconds(count(*)) as observed_gpu_seconds,
         -- A whole GPU per sample: weight 1 (all 56ths) and every share of it (share_lcm).
-        sum(
-            getvariable('scrape_ms')::hugeint * 1000 * g.gpu_price_units * getvariable('weight_scale') * m.share_lcm
-        ) as capacity_units,
+        sum(time_money_units(g.gpu_price_units, getvariable('weight_scale'), m.share_lcm)) as capacity_units,
         sum(cast(g.energy_joules as decimal(38, 12))) as energy_joules,
         -- Every observed GPU's energy at energy_price_per_kwh (0 without one) is pool cost too, so what no
         -- holder pays of it lands on __idle__ and R13 stays exact (docs/tariffs.md).
-        sum(g.energy_mj::hugeint * getvariable('energy_price_units') * getvariable('weight_scale') * m.share_lcm)
-            as energy_units,
+        sum(energy_money_units(g.energy_mj, getvariable('weight_scale'), m.share_lcm)) as energy_units,
         any_value(m.units_per_currency) as units_per_currency
     from int_gpu_samples as g
     join int_device_classes as c on c.model_name = g.model_name and c.mig_profile is null

@@ -1,7 +1,5 @@
--- Grain: day × ClusterQueue × flavor × resource. Kueue's nominal quota, usage and borrowing over the day,
--- each sample standing for Δ seconds (R1): for resource nvidia.com/gpu these are GPU-seconds. Where the
--- queue is a tenant's (Tenant.kueue_cluster_queues), the GPU-seconds gpumeter metered for that tenant that
--- day, for comparison (a per-tenant figure, repeated on each of its queue rows). docs/tariffs.md.
+-- One row per Kueue ClusterQueue × flavor × resource of the day: nominal quota, usage and borrowing in
+-- resource-seconds (GPU-seconds for nvidia.com/gpu, R1), beside the GPU-seconds metered for the queue's tenant.
 with queue_tenants as (
     select
         unnest(getvariable('kueue_queues')::varchar[]) as cluster_queue,
@@ -26,18 +24,17 @@ queue_samples as (
 per_day as (
     select
         cluster,
-        getvariable('day')::date as day,
+        metered_day() as day,
         cluster_queue,
         max(cohort) as cohort,
         flavor,
         resource,
         count(*) as samples,
-        sum(cast(nominal_quota * getvariable('scrape_s') as decimal(38, 12))) as nominal_quota_seconds,
-        sum(cast(used * getvariable('scrape_s') as decimal(38, 12))) as used_seconds,
+        sum(sample_seconds(nominal_quota)) as nominal_quota_seconds,
+        sum(sample_seconds(used)) as used_seconds,
         -- Usage above the nominal quota is borrowed from the cohort.
-        sum(cast(case when used > nominal_quota then used - nominal_quota else 0 end * getvariable('scrape_s')
-            as decimal(38, 12))) as borrowed_seconds,
-        sum(cast(borrowing_limit * getvariable('scrape_s') as decimal(38, 12))) as borrowing_limit_seconds,
+        sum(sample_seconds(case when used > nominal_quota then used - nominal_quota else 0 end)) as borrowed_seconds,
+        sum(sample_seconds(borrowing_limit)) as borrowing_limit_seconds,
         max(used) as peak_used
     from queue_samples
     group by cluster, cluster_queue, flavor, resource

@@ -1,5 +1,5 @@
--- Grain: day × node × category. Where observed capacity went (R11): the categories of a node sum to its
--- observed GPU-seconds exactly. Stranded capacity is every category but allocated_active.
+-- One row per node × category of the day: where observed capacity went (R11), in GPU-seconds; a node's
+-- categories sum to its observed GPU-seconds exactly. Stranded is every category but allocated_active.
 with device_parts as (
     select cluster, node, category, sum(gpu_seconds) as gpu_seconds
     from int_device_categories
@@ -18,7 +18,7 @@ mig_remainders as (
         g.cluster,
         g.node,
         case when g.unhealthy then 'unhealthy' else 'mig_unpartitioned' end as category,
-        sum(cast(getvariable('scrape_s') as decimal(38, 12)) - coalesce(w.gpu_seconds, 0)) as gpu_seconds
+        sum(sample_seconds(1) - coalesce(w.gpu_seconds, 0)) as gpu_seconds
     from int_gpu_samples as g
     left join mig_instance_weights as w on w.uuid = g.uuid and w.ts_ms = g.ts_ms
     where g.is_mig
@@ -31,7 +31,7 @@ parts as (
 )
 select
     cluster,
-    getvariable('day')::date as day,
+    metered_day() as day,
     node,
     category,
     sum(gpu_seconds) as gpu_seconds,

@@ -1,16 +1,11 @@
--- materialized: ephemeral
--- Every raw DCGM row with the judgement of its own labels and value: a reason where it is not taken as it
--- came, what is done about it, and the value it is taken at. An ephemeral model (a view, never stored):
--- stg_dcgm_samples, stg_dcgm_series and stg_dcgm_quarantine each read the raw rows through it, so the rules
--- are written once and the raw day is never copied (bench/README.md). docs/reliability.md lists the reasons.
--- Values are judged only for the metrics the accounting reads; another metric's row (e.g. GPU_TEMP) only
--- proves that the series was scraped, whatever its value.
--- Each judgement column is its own expression, none built on another: DuckDB inlines a view's columns, so a
--- column read from another would evaluate the whole judgement again on every raw row.
+-- One row per raw DCGM row: the judgement of its own labels and value (a reason where it is not taken as it
+-- came, whether it is dropped, the value it is taken at) and its series key. Ephemeral: a view.
 with read_rows as (
+    -- The raw columns by name, so that a column added to the raw schema is not carried on unread;
     -- `value_read`: the row is of a metric whose value the accounting reads (the one list of them).
     select
-        *,
+        cluster, ts_ms, metric, value, hostname, uuid, gpu, model_name, gpu_i_id, gpu_i_profile, namespace, pod,
+        container, vgpu, dra_claim_name, dra_claim_namespace, dra_driver_name, dra_pool_name, dra_device_name,
         metric in (
             'DCGM_FI_PROF_GR_ENGINE_ACTIVE',
             'DCGM_FI_DEV_GPU_UTIL',
@@ -21,6 +16,9 @@ with read_rows as (
         ) as value_read
     from raw_dcgm_samples
 )
+-- Each judgement column is its own expression, none built on another: DuckDB inlines a view's columns, so a
+-- column read from another would evaluate the whole judgement again on every raw row. No macros: the view is
+-- also made on its own, from the raw rows and the variables alone (tests/test_hostile_telemetry.py).
 select
     *,
     -- Rows that are not the day's device samples at all (R1, R2, R3): the first four reasons below.
@@ -67,7 +65,6 @@ select
     end as clean_value,
     -- The series a row belongs to: every label the accounting reads. A 64-bit hash, so that the day's largest
     -- group-by (stg_dcgm_samples) hashes one integer instead of nine strings; stg_dcgm_series computes the
-    -- same hash of the same labels once per series and proves the day has no collision
-    -- (accounting._require_distinct_series).
+    -- same hash of the same labels once per series (assert_series_keys_are_distinct: the day has no collision).
     hash(cluster, hostname, uuid, gpu_i_id, namespace, pod, container, model_name, gpu_i_profile) as series_key
 from read_rows

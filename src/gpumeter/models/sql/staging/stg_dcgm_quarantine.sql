@@ -1,10 +1,5 @@
--- One row per (raw DCGM sample, reason) the accounting did not take as it came: dropped, value ignored,
--- clamped, deduplicated or merged. stg_dcgm_judged judges each row on its own; this model adds what only
--- the day's other rows can tell (copies of one reading, one GPU on two nodes) and data_quality counts them
--- per node (docs/reliability.md lists the reasons and why).
--- Nothing here holds the whole raw day: the judged rows are re-read from the raw files where they are used,
--- and the candidates for copies and merges come from the day's samples and series, not from a group-by
--- over every raw row (bench/README.md).
+-- One row per raw DCGM row × reason the accounting did not take it as it came: dropped, value ignored,
+-- clamped, deduplicated or merged.
 with read_values as not materialized (
     -- The rows whose value stg_dcgm_samples reads, at the value it takes.
     select * exclude (series_key, value_read, dropped, reason), series_key

@@ -1,12 +1,5 @@
--- One row per device series sample (R1): the dcgm-exporter metrics of one scrape pivoted onto one row, per
--- (series, timestamp). The series' labels are in stg_dcgm_series (joined by `series_key`); vgpu copies stay
--- separate series here (one per pod); int_device_samples collapses them into one device (R6).
--- Window: the day plus a lookback before it, so that energy counters have a previous sample (R10).
--- Hostile telemetry is judged in stg_dcgm_judged and applied here: dropped rows are taken out, an ignored
--- value stays as a sample with no value (it still proves the GPU was observed, R4), a clamped value comes
--- back at its clamp. Duplicates collapse in the group by (max: order-free, R1); stg_dcgm_quarantine reports
--- them, starting from `has_copies`.
--- `in_day` marks the samples that belong to the day (R2, half-open).
+-- One row per DCGM series × timestamp of the day and its lookback (R1): the metrics of one scrape pivoted onto
+-- one row, hostile values judged (stg_dcgm_judged).
 with pivoted as (
     select
         series_key,
@@ -25,7 +18,7 @@ with pivoted as (
 select
     series_key,
     ts_ms,
-    ts_ms >= getvariable('day_start_ms') and ts_ms < getvariable('day_end_ms') as in_day,
+    within_day(ts_ms) as in_day,
     gr_engine_active,
     gpu_util_pct,
     fb_used_mib,

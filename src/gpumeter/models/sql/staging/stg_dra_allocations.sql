@@ -1,6 +1,4 @@
--- ResourceClaim allocation results × reservedFor pods (R5), one row per object version (a result and pod as
--- a snapshot shows them, claim_uid and reserved_pod_uid included) and span of validity [valid_from_ms,
--- valid_until_ms), null = unbounded: stg_dra_object_spans says when each version was valid.
+-- One row per ResourceClaim allocation result × reserved pod version × span of validity (R5).
 select
     version ->> 'cluster' as cluster,
     version ->> 'claim_namespace' as claim_namespace,

@@ -1,8 +1,5 @@
--- ResourceSlice devices: the GPU (or MIG instance) behind a (driver, pool, device) (R5), one row per device
--- version (what the accounting reads of it: type, GPU uuid, MIG profile) and span of validity
--- [valid_from_ms, valid_until_ms), null = unbounded: stg_dra_object_spans says when each version was valid
--- (a slice re-published with new device names after a MIG re-partition ends the old names at the first
--- snapshot that shows the new ones).
+-- One row per ResourceSlice device version × span of validity (R5): the GPU or MIG instance behind a
+-- (driver, pool, device).
 select
     version ->> 'cluster' as cluster,
     version ->> 'driver' as driver,

@@ -1,11 +1,5 @@
--- One row per DRA object version and span of validity (R5): a ResourceClaim allocation result × reserved pod,
--- or a ResourceSlice device, as a snapshot shows it (`version`: its fields as JSON, `kind` claim or device),
--- valid over [valid_from_ms, valid_until_ms), null = unbounded. A version is valid from the first snapshot of
--- its kind showing it (its creationTimestamp when earlier, but never at or before the snapshot just before,
--- which did not show it) until the first later snapshot of its kind that does not show it, open-ended when
--- the last still shows it; shown again later, it has another span. A version seen in a snapshot of unknown
--- time is valid for the whole window (docs/accounting.md R5). stg_dra_allocations and stg_dra_devices read
--- their fields back.
+-- One row per DRA object version (claim result × reserved pod, or slice device, as JSON) × span of validity
+-- [valid_from_ms, valid_until_ms) (R5), from the snapshots that show it.
 with object_rows as (
     select
         'claim' as kind,

@@ -1,6 +1,5 @@
--- One row per node sample of kube-state-metrics: schedulability inputs for R11 and GPU capacity for R4, and
--- until when the sample holds (R1a: the next scrape of kube-state-metrics, which shows the node again or
--- not at all). Labels are parsed once per row into a list (one JSON parse, not one per label).
+-- One row per node × sample of kube-state-metrics in the day and its lookback: schedulability (R11), GPU
+-- capacity (R4), and until when the sample holds (R1a).
 with node_series as (
     select
         cluster,
@@ -62,7 +61,7 @@ select
     n.ts_ms,
     holds_until(n.ts_ms, s.next_scrape_ms) as until_ms,
     s.next_scrape_ms,
-    n.ts_ms >= getvariable('day_start_ms') as in_day,
+    within_day(n.ts_ms) as in_day,
     n.node,
     n.cordoned,
     n.not_ready,

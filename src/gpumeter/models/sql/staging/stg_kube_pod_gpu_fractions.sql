@@ -1,7 +1,5 @@
--- The share of a GPU each pod declared (R6, share: requested), from its latest sample of the day:
--- HAMi's nvidia.com/gpucores request (percent of the GPU, summed over the pod's containers), or KAI
--- Scheduler's `gpu-fraction` pod annotation (kube_pod_annotations, when kube-state-metrics allow-lists it;
--- a fraction of 1). KAI's `gpu-memory` annotation declares memory, not a share: not read.
+-- One row per pod that declares a share of a GPU (R6, share: requested): HAMi's gpucores or KAI's
+-- gpu-fraction, from its latest sample.
 with container_requests as (
     select
         labels ->> 'namespace' as namespace,

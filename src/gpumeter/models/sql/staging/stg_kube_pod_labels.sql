@@ -1,8 +1,4 @@
--- One row per pod label set (kube_pod_labels, label_<key>) and span of time it was shown (R7, R1a): a pod
--- relabelled at noon has one span for its morning labels and one from noon. A pod is named by its uid too: a
--- pod recreated under the same name is another pod. A span is a run of the target's consecutive scrapes that
--- show the label set (stg_kube_target_scrapes.scrape_index); it ends at the first scrape that does not.
--- While spans are found, a label set is keyed by a hash of its text (one integer to sort by, not the JSON).
+-- One row per pod label set × span of time it was shown (R7, R1a).
 with samples as (
     select hash(labels) as label_set, ts_ms, target, labels
     from raw_kube_samples

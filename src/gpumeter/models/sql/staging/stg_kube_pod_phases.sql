@@ -1,8 +1,5 @@
--- One row per pod sample of kube_pod_status_phase{phase="Running"} (R5, R1a): whether the pod (by its `uid`:
--- a pod recreated under the same name is another pod) is Running, and until when the sample holds (the next
--- scrape of kube-state-metrics, which shows the pod again or not at all). Only the Running series is read:
--- the other phases' series say nothing a Running == 1 does not.
--- The labels are parsed once per row into a list (one JSON parse, not one per label).
+-- One row per pod (by uid) × sample of kube_pod_status_phase{phase="Running"} (R5, R1a): whether it is Running
+-- and until when the sample holds.
 with phase_samples as (
     select ts_ms, target, value, json_extract_string(labels, ['namespace', 'pod', 'uid', 'phase']) as label
     from raw_kube_samples

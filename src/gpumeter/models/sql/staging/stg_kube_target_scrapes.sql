@@ -1,12 +1,5 @@
--- One row per scrape of a kube-state-metrics / OpenCost / Kueue target in the day and its lookback (R1a):
--- the times at which the target was scraped, known from all of its series, and the time of its next scrape.
--- A series has ended at the first later scrape of its target that does not show it (Prometheus staleness).
--- A row without a `target` (a source that does not name it) belongs to the exporter its metric comes from
--- (macro scrape_target). The models that read a series' state join their samples to this table once
--- aggregated (macro holds_until).
--- `scrape_index` numbers the target's scrapes, skipping one where the target was not scraped for longer than
--- kube_lookback_seconds: a series shown at scrapes n and n + 1 was shown all along, so the spans of a series
--- are found by counting (its samples' scrape_index minus their rank), without comparing each to the last.
+-- One row per scrape target × scrape time in the day and its lookback (R1a): when each kube-state-metrics,
+-- OpenCost or Kueue target was scraped, and its next scrape.
 select
     scrape_target,
     ts_ms,

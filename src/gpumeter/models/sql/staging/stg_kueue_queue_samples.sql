@@ -1,6 +1,5 @@
--- Kueue's quota gauges, one row per series sample of the day (R2): ClusterQueue nominal quota, usage and
--- borrowing limit, and LocalQueue usage, by flavor and resource (raw, e.g. nvidia.com/gpu; docs/telemetry.md).
--- Copies of one sample (HA replicas, duplicated series) collapse to one row (R1).
+-- One row per Kueue quota gauge series × sample of the day (R2): ClusterQueue nominal quota, usage and
+-- borrowing limit, LocalQueue usage; copies of one sample collapse (R1).
 select
     cluster,
     ts_ms,
@@ -25,6 +24,5 @@ where cluster = getvariable('cluster')
       'kueue_cluster_queue_borrowing_limit',
       'kueue_local_queue_resource_usage'
   )
-  and ts_ms >= getvariable('day_start_ms')
-  and ts_ms < getvariable('day_end_ms')
+  and within_day(ts_ms)
 group by all

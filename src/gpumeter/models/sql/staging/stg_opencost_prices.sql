@@ -1,5 +1,5 @@
--- OpenCost's node_gpu_hourly_cost: the price of one GPU-hour on a node, per sample (R8, price_source:
--- opencost). Several series for one node (e.g. after a relabel) agree or the highest stands.
+-- One row per node × sample of OpenCost's node_gpu_hourly_cost (R8, price_source: opencost): the price of one
+-- GPU-hour on the node.
 select
     cluster,
     ts_ms,
