@@ -2,20 +2,14 @@
 
 from __future__ import annotations
 
-import os
 import shutil
 from contextlib import suppress
-from datetime import date
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from gpumeter.storage.files import _install, _sweep_stale_temps, _temp_beside, _write_error
-
-if TYPE_CHECKING:
-    from gpumeter.storage.warehouse import Warehouse
 
 
 class StagedDay:
@@ -24,13 +18,13 @@ class StagedDay:
     the way `write_day` does (atomic rename locally, one upload on an object store); `discard` (or a failure
     before commit) leaves the stored day as it was."""
 
-    def __init__(
-        self, warehouse: Warehouse, zone: str, cluster: str, day: date, schemas: dict[str, pa.Schema]
-    ) -> None:
-        self.targets = {table: warehouse.day_path(zone, table, cluster, day) for table in schemas}
+    def __init__(self, targets: dict[str, Path], schemas: dict[str, pa.Schema], scratch: Path) -> None:
+        """`targets`: each table's stored file; `scratch`: a local folder of this writer's own (an object
+        store's parts are staged there before their upload)."""
+        self.targets = targets
         self.schemas = schemas
         self.rows = dict.fromkeys(schemas, 0)
-        self._scratch = warehouse.scratch_dir(f"stage-{cluster}-{day.isoformat()}-{os.getpid()}")
+        self._scratch = scratch
         self._temps: dict[str, Path] = {}
         self._writers: dict[str, pq.ParquetWriter] = {}
 

@@ -141,7 +141,11 @@ class Warehouse:
 
     def stage_day(self, zone: str, cluster: str, day: date, schemas: dict[str, pa.Schema]) -> StagedDay:
         """A writer of a (cluster, day)'s tables part by part, replacing the stored files only at commit."""
-        return StagedDay(self, zone, cluster, day, schemas)
+        return StagedDay(
+            {table: self.day_path(zone, table, cluster, day) for table in schemas},
+            schemas,
+            self.scratch_dir(f"stage-{cluster}-{day.isoformat()}-{os.getpid()}"),
+        )
 
     def write_period(self, zone: str, table: str, period: str, rows: pa.Table) -> Path:
         return atomic_write_parquet(self.period_path(zone, table, period), rows)
