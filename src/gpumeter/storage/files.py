@@ -8,6 +8,8 @@ import io
 import os
 import tempfile
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pyarrow as pa
@@ -58,23 +60,31 @@ def _install(tmp: Path, path: Path) -> None:
     os.replace(tmp, path)
 
 
+@contextmanager
+def _replacing(path: Path) -> Iterator[Path]:
+    """A temp file beside `path` to write into: fsynced and renamed over `path` when the block ends, removed when
+    it fails, so that the file is either the old one or the complete new one."""
+    tmp = _temp_beside(path)
+    _sweep_stale_temps(path)
+    try:
+        yield tmp
+        _install(tmp, path)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise _write_error(path, exc) from None
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
 def atomic_write_parquet(path: Path, rows: pa.Table) -> Path:
     """Write `rows` to `path` so that the file is either the old one or the complete new one."""
     if not isinstance(path, Path):
         buffer = io.BytesIO()
         pq.write_table(rows, buffer, compression="zstd")
         return _put_object(path, buffer.getvalue())
-    tmp = _temp_beside(path)
-    _sweep_stale_temps(path)
-    try:
+    with _replacing(path) as tmp:
         pq.write_table(rows, tmp, compression="zstd")
-        _install(tmp, path)
-    except OSError as exc:
-        tmp.unlink(missing_ok=True)
-        raise _write_error(path, exc) from exc
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
     return path
 
 
@@ -103,21 +113,12 @@ def _put_object(path: UPath, data: bytes) -> UPath:
 
 
 def atomic_write_bytes(path: Path, data: bytes) -> Path:
-    """Write `data` to `path` so that the file is either the old one or the complete new one (a temp file
-    beside it, fsync, rename; one PUT on an object store)."""
+    """Write `data` to `path` so that the file is either the old one or the complete new one (one PUT on an
+    object store)."""
     if not isinstance(path, Path):
         return _put_object(path, data)
-    tmp = _temp_beside(path)
-    _sweep_stale_temps(path)
-    try:
+    with _replacing(path) as tmp:
         tmp.write_bytes(data)
-        _install(tmp, path)
-    except OSError as exc:
-        tmp.unlink(missing_ok=True)
-        raise _write_error(path, exc) from None
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
     return path
 
 
