@@ -469,6 +469,7 @@ def test_the_generic_format_posts_the_figures(
         "days_metered": 10,
         "days_in_period": 30,
         "metered_through": "2026-11-10",
+        "provisional_through": None,  # complete days only
         "title": "Budget alert: team-a is forecast to reach 100 % of its November 2026 budget",
         "message": "Tenant team-a (cost center CC-A) is forecast to spend 2,550.00 USD in November 2026 at its "
         "pace so far, 255 % of its monthly budget of 1,000.00 USD: past the alert threshold of 100 %. Spent so "

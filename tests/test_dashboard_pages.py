@@ -3,6 +3,8 @@ without exception, and the figures it shows equal the marts, recomputed here fro
 
 from __future__ import annotations
 
+import io
+import json
 from collections.abc import Callable
 from decimal import Decimal
 from pathlib import Path
@@ -16,7 +18,9 @@ from gpumeter.config import IDLE, UNALLOCATED, Config, load_config
 from gpumeter.dashboard import APP as DASHBOARD_APP
 from gpumeter.storage.paths import MARTS
 from gpumeter.storage.warehouse import Warehouse
+from gpumeter.views import scoped
 from gpumeter.views.rightsizing import HolderPeak, advise
+from tests.test_dashboard_scoping import RECORDER, Download, RecordingMediaFileManager
 from tests.test_views import build_metered
 from tests.test_views import stored as read
 
@@ -262,3 +266,69 @@ def test_with_oidc_configured_nothing_shows_before_sign_in(
     assert not at.exception
     assert [b.label for b in at.button] == ["Sign in"]
     assert not at.dataframe and not at.metric and not at.warning  # no data, and not local mode
+
+
+# --- the capacity heatmap at fleet size: grouped rows, a drill-down, the downloads of what is drawn ---------
+def _heatmap_rows(at: AppTest, index: int) -> list[str]:
+    """The row labels of the page's `index`-th chart (a heatmap), from its plotly spec."""
+    spec = json.loads(at.get("plotly_chart")[index].proto.spec)
+    return list(spec["data"][0]["y"])
+
+
+def _csv(download: Download) -> pl.DataFrame:
+    return pl.read_csv(io.BytesIO(download.data))
+
+
+def test_capacity_draws_one_row_per_gpu_below_the_threshold(
+    app: Callable[..., AppTest], config: Config, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("streamlit.testing.v1.app_test.MediaFileManager", RecordingMediaFileManager)
+    RECORDER.downloads.clear()
+    at = app("ops", "capacity")
+    samples = read(config, "intermediate", "int_device_categories")
+    gpus = samples.select("cluster", "uuid").n_unique()
+    assert gpus <= scoped.HEATMAP_GPU_ROWS
+    assert len(_heatmap_rows(at, 0)) == gpus
+    assert not [s for s in at.selectbox if s.label == "Node"]  # no drill-down: every GPU is a row
+    (heat,) = [d for d in RECORDER.downloads if (d.file_name or "").startswith("gpu_hourly_heatmap_")]
+    assert _csv(heat).select("uuid").n_unique() == gpus
+
+
+def test_capacity_groups_rows_above_the_threshold_and_drills_down_to_a_node(
+    app: Callable[..., AppTest], config: Config, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    samples = read(config, "intermediate", "int_device_categories")
+    nodes = sorted(samples["node"].unique())
+    monkeypatch.setattr(scoped, "HEATMAP_GPU_ROWS", 10)  # the demo's GPUs count as a fleet
+    monkeypatch.setattr("streamlit.testing.v1.app_test.MediaFileManager", RecordingMediaFileManager)
+    RECORDER.downloads.clear()
+    at = app("ops", "capacity")
+    assert not at.error, [e.value for e in at.error]
+    assert any("too many for one row each" in c.value for c in at.caption)
+    assert _heatmap_rows(at, 0) == nodes  # one row per node (one cluster: named by the node alone)
+    grouping = next(s for s in at.selectbox if s.label == "One row per")
+    assert grouping.options == ["node", "GPU model", "cluster"]
+    (grouped,) = [d for d in RECORDER.downloads if (d.file_name or "").startswith("hourly_heatmap_by_node_")]
+    assert sorted(_csv(grouped)["node"].unique()) == nodes  # the download is the grouped data
+    assert {"gpus", "allocated", "busy", "observed_gpu_hours"} <= set(_csv(grouped).columns)
+
+    RECORDER.downloads.clear()
+    node = nodes[1]
+    at.selectbox(key="heat-node").select(node).run()
+    assert not at.exception, [e.value for e in at.exception]
+    node_gpus = samples.filter(pl.col("node") == node)["uuid"].n_unique()
+    assert len(_heatmap_rows(at, 1)) == node_gpus  # the drill-down: that node's GPUs, one row each
+    (drill,) = [
+        d for d in RECORDER.downloads if (d.file_name or "").startswith("gpu_hourly_heatmap_of_node_")
+    ]
+    assert set(_csv(drill)["node"]) == {node}
+    assert _csv(drill)["uuid"].n_unique() == node_gpus
+
+    RECORDER.downloads.clear()
+    at.selectbox(key="heat-group").select("gpu_model").run()
+    models = sorted(samples["gpu_model"].unique())
+    assert _heatmap_rows(at, 0) == models
+    (by_model,) = [
+        d for d in RECORDER.downloads if (d.file_name or "").startswith("hourly_heatmap_by_gpu_model_")
+    ]
+    assert sorted(_csv(by_model)["gpu_model"].unique()) == models

@@ -21,6 +21,7 @@ from streamlit.testing.v1 import AppTest
 
 from gpumeter.config import IDLE, UNALLOCATED, Config, Tenant, load_config
 from gpumeter.dashboard import APP
+from gpumeter.views.cache import READS
 from tests.test_views import build_metered
 
 pytestmark = pytest.mark.slow
@@ -241,3 +242,23 @@ def test_finance_pages_name_every_tenant(
     for tenant in config.tenants:
         for what, pattern in marks(tenant).items():
             assert found_in(pages, {what: pattern}), what
+
+
+def test_a_warm_cache_hands_no_tenant_anothers_rows(
+    config_path: Path, config: Config, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The process-wide read cache (gpumeter/views/cache.py) filled by finance and by one tenant, then every
+    page of another tenant read through it: the other tenants are still nowhere on its pages or downloads,
+    and the cache did serve that tenant (its second visit is all hits)."""
+    READS.clear()
+    visit(config_path, monkeypatch, "finance", EVERY_PAGE)
+    visit(config_path, monkeypatch, "tenant:serving", TENANT_PAGES)
+    first = visit(config_path, monkeypatch, "tenant:research", TENANT_PAGES)
+    misses = READS.misses
+    second = visit(config_path, monkeypatch, "tenant:research", TENANT_PAGES)
+    assert READS.misses == misses  # served from the cache
+    others: dict[str, re.Pattern[str]] = {b: word(b) for b in (IDLE, UNALLOCATED)}
+    for other in config.tenants:
+        if other.name != "research":
+            others |= marks(other)
+    assert found_in(first + second, others) == []

@@ -195,6 +195,67 @@ def test_heatmap_hour_equals_the_samples(views: Views, config: Config) -> None:
     assert cell["busy"] == pytest.approx(busy / observed)
 
 
+def _gpu_hours(config: Config) -> pl.DataFrame:
+    """Per GPU and UTC hour from the stored per-sample categories: held, busy and observed GPU-seconds."""
+    root = Warehouse.at(config.warehouse.path).root / "intermediate" / "int_device_categories"
+    samples = pl.read_parquet(sorted(root.glob("**/data.parquet")), hive_partitioning=False)
+    return (
+        samples.with_columns(
+            pl.from_epoch(pl.col("ts_ms"), time_unit="ms").dt.truncate("1h").alias("hour"),
+            pl.col("gpu_seconds").cast(pl.Float64),
+        )
+        .group_by("cluster", "node", "uuid", "hour")
+        .agg(
+            pl.col("gpu_model").first(),
+            pl.col("gpu_seconds").filter(pl.col("is_held")).sum().alias("held"),
+            (pl.col("gpu_seconds") * pl.col("busy").fill_null(0)).sum().alias("busy"),
+            (pl.col("ts_ms").n_unique() * config.scrape_interval_seconds).alias("observed"),
+        )
+    )
+
+
+@pytest.mark.parametrize(("by", "columns"), [("node", ["cluster", "node"]), ("gpu_model", ["gpu_model"])])
+def test_grouped_heatmap_is_the_groups_seconds_over_their_observed_seconds(
+    views: Views, config: Config, by: str, columns: list[str]
+) -> None:
+    """A group's cell is its GPUs' held (busy) GPU-seconds over their observed ones in the hour, recomputed
+    from the stored samples; the GPUs of a cell are those observed in it."""
+    expected = (
+        _gpu_hours(config)
+        .group_by(*columns, "hour")
+        .agg(
+            pl.len().alias("gpus"),
+            (pl.col("held").sum() / pl.col("observed").sum()).alias("allocated"),
+            (pl.col("busy").sum() / pl.col("observed").sum()).alias("busy"),
+        )
+        .sort(*columns, "hour")
+    )
+    got = views.grouped_hourly_heatmap(Viewer("ops"), Filters(NOVEMBER), by)
+    assert got.height == expected.height > 0
+    assert got.select(*columns, "gpus").rows() == expected.select(*columns, "gpus").rows()
+    assert got["allocated"].to_list() == pytest.approx(expected["allocated"].to_list())
+    assert got["busy"].to_list() == pytest.approx(expected["busy"].to_list())
+
+
+def test_heatmap_size_choices_and_the_drill_down_to_one_node(views: Views, config: Config) -> None:
+    ops, november = Viewer("ops"), Filters(NOVEMBER)
+    hours = _gpu_hours(config)
+    assert views.heatmap_gpus(ops, november) == hours.select("cluster", "uuid").n_unique()
+    assert views.heatmap_groupings(ops) == ["node", "gpu_model", "cluster"]  # the demo stores no node pool
+    nodes = views.heatmap_nodes(ops, november)
+    assert nodes == sorted(hours.select("cluster", "node").unique().rows())
+    every = views.gpu_hourly_heatmap(ops, november)
+    for node in nodes[:2]:
+        mine = views.gpu_hourly_heatmap(ops, november, node)
+        assert set(mine["node"]) == {node[1]}
+        assert mine.equals(every.filter((pl.col("cluster") == node[0]) & (pl.col("node") == node[1])))
+    # A GPU model filter narrows the count like every other view.
+    h100 = views.heatmap_gpus(ops, Filters(NOVEMBER, gpu_models=("H100-80GB",)))
+    assert h100 == hours.filter(pl.col("gpu_model") == "H100-80GB").select("cluster", "uuid").n_unique()
+    with pytest.raises(ValueError, match="unknown heatmap grouping"):
+        views.grouped_hourly_heatmap(ops, november, "uuid; drop table x")
+
+
 def test_invoice_lines_are_the_stored_lines_in_scope(views: Views, config: Config) -> None:
     root = Warehouse.at(config.warehouse.path).root / MARTS / "invoice_lines"
     stored = pl.read_parquet(root / "period=2026-11" / "data.parquet")
@@ -209,7 +270,7 @@ def test_invoice_lines_are_the_stored_lines_in_scope(views: Views, config: Confi
 TENANT_VIEWS = ("tenant_charges", "daily_charges", "monthly_charges", "usage_by_model", "idle_holders",
                 "whole_gpu_holders")  # fmt: skip
 POOL_VIEWS = ("gpu_hourly_heatmap", "stranded_capacity", "mig_layout", "data_quality", "coverage_gaps",
-              "unmapped_namespaces")  # fmt: skip
+              "unmapped_namespaces", "heatmap_gpus", "heatmap_nodes")  # fmt: skip
 filter_values = st.lists(st.sampled_from([*TENANTS, *CRAFTED]) | st.text(max_size=12), max_size=3)
 
 
@@ -244,6 +305,10 @@ def test_a_tenant_viewer_never_reaches_another_tenants_rows(
     for name in POOL_VIEWS:
         with pytest.raises(AccessDenied):
             getattr(views, name)(viewer, filters)
+    with pytest.raises(AccessDenied):
+        views.grouped_hourly_heatmap(viewer, filters, "node")
+    with pytest.raises(AccessDenied):
+        views.heatmap_groupings(viewer)
 
 
 @pytest.mark.parametrize("crafted", CRAFTED)

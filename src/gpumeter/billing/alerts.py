@@ -10,6 +10,12 @@ ledger of those delivered).
 The months looked at follow the metering: the month of the latest metered day and, during the first
 GRACE_DAYS days of a month, the month before, whose last days are metered (or re-metered) after it ended.
 
+Provisional figures (today so far, gpumeter.storage.provisional) count on basis `spend` only: money spent up
+to the last full hour is spent, and the final day only adds the hours after it. Basis `forecast` reads
+complete days only: a part of a day projects its hours' pace (a busy morning, a quiet night) onto the month,
+and an alert once sent is never taken back. Either way an alert is the same (tenant, month, basis, threshold)
+sent once: crossing it again on the final figures sends nothing.
+
 Pure functions of the stored mart and the config, and `due_alerts`, which reads the mart from a warehouse.
 """
 
@@ -17,7 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import date, timedelta
+from datetime import UTC, date, datetime, timedelta
 from decimal import ROUND_DOWN, Decimal
 from typing import Literal
 
@@ -26,7 +32,7 @@ import pyarrow as pa
 from gpumeter.billing.budgets import budget_status
 from gpumeter.billing.invoices import Period, round_money
 from gpumeter.config import Alerts, Config
-from gpumeter.storage import paths
+from gpumeter.storage import paths, provisional
 from gpumeter.storage.warehouse import Warehouse
 
 Basis = Literal["spend", "forecast"]
@@ -84,6 +90,8 @@ class BudgetAlert:
     last_day: date | None  # the latest metered day of the month
     currency: str
     minor_unit: int
+    # Set when `spent` counts provisional figures: the moment they are metered up to (basis spend only).
+    provisional_through: datetime | None = None
 
     @property
     def amount(self) -> Decimal:
@@ -132,6 +140,9 @@ class BudgetAlert:
         metered = f"{self.days_elapsed} of the month's {self.days_in_period} days metered" + (
             f", up to {_day_text(self.last_day)}" if self.last_day else ""
         )
+        if self.provisional_through is not None:
+            through = self.provisional_through.astimezone(UTC)
+            metered += f", and {_day_text(through.date())} through {through:%H:%M} UTC, provisional"
         if self.basis == "spend":
             of_it = f"{share} % of it" if share is not None else "all of it and more"
             return (
@@ -150,22 +161,32 @@ class BudgetAlert:
 
 
 def crossed_alerts(
-    tenant_daily_cost: pa.Table, config: Config, settings: Alerts, period: Period
+    tenant_daily_cost: pa.Table,
+    config: Config,
+    settings: Alerts,
+    period: Period,
+    provisional_rows: pa.Table | None = None,
 ) -> list[BudgetAlert]:
     """Every (tenant, basis, threshold) of `period` crossed now: tenants in budget_status's order (the
     configured ones in file order), then basis in the settings' order, then thresholds increasing. Tenants
-    without a budget never alert."""
+    without a budget never alert. `provisional_rows` (today so far) count on basis spend only."""
     alerts = []
-    for status in budget_status(tenant_daily_cost, config, period):
-        if status.budget is None:
+    so_far = {
+        s.tenant: s
+        for s in budget_status(tenant_daily_cost, config, period, provisional=provisional_rows)
+        if s.provisional_days
+    }
+    for final in budget_status(tenant_daily_cost, config, period):
+        if final.budget is None:
             continue
-        last_day = status.cumulative[-1][0] if status.cumulative else None
         for basis in settings.basis:
+            status = so_far.get(final.tenant, final) if basis == "spend" else final
+            last_day = status.last_complete_day
             amount = status.spent if basis == "spend" else status.forecast
             for share in settings.thresholds:
                 threshold = Decimal(str(share))  # 0.8 as written, not the float's binary value
                 # Above zero: a zero budget is crossed by any spend, never by none.
-                if amount <= 0 or amount < status.budget * threshold:
+                if amount <= 0 or amount < final.budget * threshold:
                     continue
                 alerts.append(
                     BudgetAlert(
@@ -174,7 +195,7 @@ def crossed_alerts(
                         period=status.period,
                         basis=basis,
                         threshold=threshold,
-                        budget=status.budget,
+                        budget=final.budget,
                         spent=status.spent,
                         forecast=status.forecast,
                         days_elapsed=status.days_elapsed,
@@ -182,6 +203,7 @@ def crossed_alerts(
                         last_day=last_day,
                         currency=config.currency,
                         minor_unit=config.minor_unit,
+                        provisional_through=status.through,
                     )
                 )
     return alerts
@@ -203,6 +225,7 @@ def due_alerts(warehouse: Warehouse, config: Config, settings: Alerts) -> list[B
     """The alerts crossed now in the warehouse's stored tenant_daily_cost (every cluster), for the months of
     `alert_periods`; whether each was already delivered is the ledger's business."""
     metered = [day for _, day in warehouse.days(paths.MARTS, paths.TENANT_DAILY_COST)]
+    metered += [day for _, day in provisional.days(warehouse, paths.TENANT_DAILY_COST)]
     return [
         alert
         for period in alert_periods(metered)
@@ -213,6 +236,10 @@ def due_alerts(warehouse: Warehouse, config: Config, settings: Alerts) -> list[B
 def period_alerts(
     warehouse: Warehouse, config: Config, settings: Alerts, period: Period
 ) -> list[BudgetAlert]:
-    """The alerts of one month crossed now in the stored tenant_daily_cost."""
+    """The alerts of one month crossed now in the stored tenant_daily_cost (and, on basis spend, its
+    provisional days)."""
     daily = warehouse.read_days(paths.MARTS, paths.TENANT_DAILY_COST, period.days())
-    return [] if daily is None else crossed_alerts(daily, config, settings, period)
+    so_far = provisional.read_days(warehouse, paths.TENANT_DAILY_COST, period.days())
+    if daily is None and so_far is None:
+        return []
+    return crossed_alerts(daily if daily is not None else pa.table({}), config, settings, period, so_far)

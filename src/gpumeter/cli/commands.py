@@ -9,7 +9,7 @@ import json
 import os
 import subprocess
 import sys
-from datetime import date, timedelta
+from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 
 from rich.markup import escape
@@ -132,6 +132,44 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 0 if meter_and_invoice(config_path, days_between(args.start, args.end), args.cluster) else 1
 
 
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+def cmd_today(args: argparse.Namespace) -> int:
+    """Meter each cluster's day so far (the meter_today job the hourly schedule runs), then print the month
+    to date per tenant: complete days and today's provisional part."""
+    from gpumeter.models.provisional import last_full_hour
+    from gpumeter.pipelines.launch import meter_today
+    from gpumeter.views.cache import ReadCache
+    from gpumeter.views.scoped import Filters, Viewer, Views, provisional_label
+
+    config_path = Path(args.config)
+    config = load_config(config_path)
+    names = select_clusters(config, args.cluster)
+    through = last_full_hour(_now())
+    if through.hour == 0:
+        console.print(
+            f"{through:%Y-%m-%d} has no full hour yet: its figures so far can be metered from 01:00 UTC on."
+        )
+    else:
+        render.today_runs(meter_today(str(config_path), through, names))
+    views = Views(Warehouse.of(config.warehouse), config, cache=ReadCache(0))
+    try:
+        viewer = Viewer("finance", identity="gpumeter today")
+        filters = Filters(Period.of(through.date()), clusters=tuple(args.cluster or ()))
+        so_far = views.provisional_days(viewer, filters)
+        render.month_to_date(
+            views.month_to_date(viewer, filters),
+            str(filters.period),
+            provisional_label(so_far),
+            config.currency,
+        )
+    finally:
+        views.close()
+    return 0
+
+
 def cmd_invoices(args: argparse.Namespace) -> int:
     from gpumeter.pipelines.launch import invoice_month
 
@@ -181,6 +219,9 @@ def cmd_dashboard(args: argparse.Namespace) -> int:
     load_config(config_path)  # every problem now, not in the browser
     env = {**os.environ, CONFIG_ENV: str(config_path.resolve())}
     command = [sys.executable, "-m", "streamlit", "run", str(APP), "--server.address", args.host]
-    command += ["--server.port", str(args.port), "--browser.gatherUsageStats", "false"]
+    command += ["--server.port", str(args.port), "--server.headless", "true"]
+    # Streamlit collects garbage after every script run by default: with many viewers at month end that
+    # collection, not the page, is most of a cached page view (bench/README.md, the dashboard's viewers).
+    command += ["--runner.postScriptGC", "false", "--browser.gatherUsageStats", "false"]
     console.print(f"gpumeter dashboard on http://{args.host}:{args.port} for {config_path} (Ctrl-C stops it)")
     return subprocess.call(command, env=env)

@@ -78,6 +78,21 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.set_defaults(func=commands.cmd_run)
 
+    today = sub.add_parser(
+        "today",
+        help="meter the current day so far, up to the last full hour (the job the hourly schedule runs), and "
+        "print each tenant's month to date with today's part apart: provisional, never invoiced, replaced by "
+        "the nightly run",
+    )
+    today.add_argument("--config", required=True, help="gpumeter YAML config")
+    today.add_argument(
+        "--cluster",
+        action="append",
+        metavar="NAME",
+        help="meter this cluster of the config only; repeat for several (default: every cluster)",
+    )
+    today.set_defaults(func=commands.cmd_today)
+
     inv = sub.add_parser(
         "invoices",
         help="roll a month up (the invoice_month Dagster job) and write its exports: invoice-lines CSVs (all "

@@ -7,8 +7,9 @@ import sys
 from collections.abc import Iterable, Sequence
 from decimal import Decimal
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+import polars as pl
 from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -98,6 +99,45 @@ def capacity_table(summary: PoolSummary) -> None:
     table.add_section()
     table.add_row("stranded", f"{summary.stranded_hours:,.1f}", f"{summary.stranded_hours / total:.1%}", "")
     console.print(table)
+
+
+def today_runs(done: Sequence[dict[str, Any]]) -> None:
+    """What each provisional run did (gpumeter.pipelines.today): metered, or skipped and why."""
+    for run in done:
+        status = "[green]metered[/]" if run["metered"] else "[yellow]skipped[/]"
+        console.print(f"{status} {escape(run['message'])}")
+
+
+def month_to_date(frame: pl.DataFrame, period: str, label: str, currency: str) -> None:
+    """Each tenant's month to date (gpumeter.views.scoped.Views.month_to_date): the complete days, today's
+    provisional part (`label`: through 14:00 UTC, provisional) and their sum."""
+    if frame.is_empty():
+        console.print(f"Nothing metered in {period} yet.")
+        return
+    table = Table(title=f"Month to date, {period}", title_justify="left")
+    today = f"today, {label}" if label else "today (nothing metered so far)"
+    for column, justify in (
+        ("tenant", "left"),
+        ("cost center", "left"),
+        ("complete days", "right"),
+        (today, "right"),
+        ("month to date", "right"),
+    ):
+        table.add_column(column, justify=justify, no_wrap=True)  # type: ignore[arg-type]
+    for row in frame.iter_rows(named=True):
+        table.add_row(
+            row["tenant"],
+            row["cost_center"] or "",
+            money(row["complete_days_amount"], currency),
+            money(row["provisional_amount"], currency),
+            money(row["amount"], currency),
+        )
+    console.print(table)
+    if label:
+        console.print(
+            f"Today's part is provisional ({escape(label)}): it changes until the day is metered in full "
+            "after midnight, and no invoice includes it."
+        )
 
 
 def conservation(days: Sequence[RunOutcome], currency: str) -> bool:

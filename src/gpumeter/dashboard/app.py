@@ -103,14 +103,16 @@ def _viewer(config: Config) -> Viewer:
 
 def _filters(views: Views, viewer: Viewer) -> Filters | None:
     options = views.options(viewer)
+    # A month whose only figures so far are today's provisional ones (its 1st) is a period to pick too.
+    periods = sorted(set(options.periods) | set(views.provisional_periods()), reverse=True)
     with st.sidebar:
         st.caption(f"Viewing as **{viewer.label}** ({viewer.identity})")
         if _auth_configured() and st.user.get("is_logged_in", False):
             st.button("Sign out", on_click=st.logout)
-        if not options.periods:
+        if not periods:
             st.info("Nothing metered yet: run the pipeline (`gpumeter run`, or `make demo`).")
             return None
-        period = st.selectbox("Period", options.periods, key="period")
+        period = st.selectbox("Period", periods, key="period")
         clusters = st.multiselect("Cluster", options.clusters, key="clusters", placeholder="All clusters")
         tenants: list[str] = []
         if viewer.sees_all_tenants:
@@ -130,7 +132,8 @@ def main() -> None:
     st.set_page_config(page_title="gpumeter", page_icon=":material/memory:", layout="wide")
     config = _config()
     viewer = _viewer(config)
-    views = Views(Warehouse.of(config.warehouse), config)
+    # One page view: cached reads (views/cache.py), each table listed once for the run.
+    views = Views(Warehouse.of(config.warehouse), config, snapshot=True)
     filters = _filters(views, viewer)
     if filters is None:
         st.stop()

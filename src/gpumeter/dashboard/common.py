@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from decimal import Decimal
+from functools import partial
 
 import polars as pl
 import streamlit as st
@@ -32,8 +33,12 @@ class Context:
     def money_column(self, frame: pl.DataFrame, *columns: str) -> pl.DataFrame:
         """The frame for display: money columns as text in the pool's currency, other floats to 4 places (a
         1e-12 residue of exact slice arithmetic reads as 0). Downloads keep the unrounded frame."""
+        # Formatted in Python, not with a polars UDF: a UDF runs on polars' shared thread pool and needs the
+        # GIL there, which deadlocks when page views of several sessions run at once.
         money = [
-            pl.col(c).map_elements(self.money, return_dtype=pl.Utf8) for c in columns if c in frame.columns
+            pl.Series(c, [self.money(v) for v in frame[c].to_list()], dtype=pl.Utf8)
+            for c in columns
+            if c in frame.columns
         ]
         return frame.with_columns(pl.col(pl.Float64).round(4)).with_columns(money)
 
@@ -63,10 +68,11 @@ def show(page: Callable[[Context], None]) -> None:
 
 
 def download(ctx: Context, frame: pl.DataFrame, name: str, key: str) -> None:
-    """Every table is downloadable, exactly as scoped for the viewer, formula-neutralized."""
+    """Every table is downloadable, exactly as scoped for the viewer, formula-neutralized. The CSV is made when
+    the button is clicked, not on every run of the page."""
     st.download_button(
         f"Download {name} (CSV)",
-        frame_csv(frame),
+        partial(frame_csv, frame),
         file_name=f"{name}_{ctx.filters.period}.csv",
         mime="text/csv",
         key=key,
@@ -80,5 +86,7 @@ def table(
     if frame.is_empty():
         st.info(f"No {name.replace('_', ' ')} for these filters.")
         return
-    st.dataframe(ctx.money_column(frame, *money), hide_index=True, width="stretch", **kwargs)  # type: ignore[arg-type]
+    # As Arrow: Streamlit sends an Arrow table as it is, where a polars frame goes through pandas first.
+    shown = ctx.money_column(frame, *money).to_arrow(compat_level=pl.CompatLevel.oldest())
+    st.dataframe(shown, hide_index=True, width="stretch", **kwargs)  # type: ignore[arg-type]
     download(ctx, frame, name, key=f"dl-{name}")

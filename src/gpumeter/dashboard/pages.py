@@ -15,9 +15,9 @@ from gpumeter.billing.documents import render_invoice, render_invoice_pdf
 from gpumeter.billing.focus import focus_csv
 from gpumeter.billing.invoices import billed_tenants, invoice_csv, tenant_lines
 from gpumeter.config import IDLE, UNALLOCATED
-from gpumeter.dashboard.common import Context, table
+from gpumeter.dashboard.common import Context, download, table
 from gpumeter.storage import paths
-from gpumeter.views.rightsizing import advise, holder_peaks
+from gpumeter.views import scoped
 
 CATEGORY_COLORS = {
     "allocated_active": "#2e7d32",
@@ -27,6 +27,38 @@ CATEGORY_COLORS = {
     "unschedulable": "#6d4c41",
     "unhealthy": "#c62828",
 }
+
+
+def _bars(
+    frame: pl.DataFrame,
+    category: str,
+    value: str,
+    *,
+    color: str | None = None,
+    colors: dict[str, str] | None = None,
+    horizontal: bool = False,
+    title: str = "",
+    value_title: str = "",
+) -> go.Figure:
+    """Bars of `value` per `category`, one trace per value of `color` (in order of first appearance), stacked:
+    what plotly express draws, built from graph objects because express spends a tenth of a second or more
+    per chart, which many viewers at once wait for."""
+    palette = px.colors.qualitative.Plotly
+    groups = frame.partition_by(color, as_dict=True, maintain_order=True) if color else {("",): frame}
+    fig = go.Figure()
+    for index, (key, part) in enumerate(groups.items()):
+        name = str(key[0])
+        categories, values = part[category].to_list(), part[value].cast(pl.Float64).to_numpy()
+        fig.add_bar(
+            x=values if horizontal else categories,
+            y=categories if horizontal else values,
+            orientation="h" if horizontal else "v",
+            name=name,
+            showlegend=bool(color),
+            marker_color=(colors or {}).get(name, palette[index % len(palette)]),
+        )
+    axis = {"xaxis_title": value_title} if horizontal else {"yaxis_title": value_title}
+    return fig.update_layout(title=title, barmode="relative", legend_title_text="", **axis)
 
 
 def _floats(frame: pl.DataFrame, *columns: str) -> pl.DataFrame:
@@ -41,44 +73,115 @@ def _chart(fig: go.Figure, key: str, daily: bool = False) -> None:
     st.plotly_chart(fig, key=key)
 
 
+# --- today so far: provisional figures, shown apart --------------------------------------------------
+PROVISIONAL_OPACITY = 0.4  # provisional bars and points are drawn lighter than complete days'
+COMPLETE = "complete days"
+
+
+def _provisional_note(label: str) -> None:
+    st.caption(
+        f"Includes today {label}: metered up to the last full hour and drawn lighter. These figures change "
+        "until the day is metered in full after midnight, and no invoice includes them."
+    )
+
+
+def _basis(frame: pl.DataFrame, label: str) -> pl.DataFrame:
+    """A `basis` column naming what each row is: complete days, or today so far (provisional)."""
+    return frame.with_columns(
+        pl.when(pl.col("provisional"))
+        .then(pl.lit(f"today, {label}"))
+        .otherwise(pl.lit(COMPLETE))
+        .alias("basis")
+    )
+
+
+def _lighten(fig: go.Figure) -> go.Figure:
+    """Draw the traces of provisional figures lighter (their names hold the word)."""
+    return fig.for_each_trace(
+        lambda trace: (
+            trace.update(opacity=PROVISIONAL_OPACITY) if "provisional" in (trace.name or "") else None
+        )
+    )
+
+
+def _days(days: Decimal) -> str:
+    """Metered days as read: 16.5, 1.58 (two decimals at most)."""
+    return f"{days:.2f}".rstrip("0").rstrip(".")
+
+
+def _sum(values: pl.Series) -> Decimal:
+    return sum((Decimal(v) for v in values.to_list()), Decimal(0))
+
+
 # --- finance ---------------------------------------------------------------------------------------
 def charges(ctx: Context) -> None:
     st.title(f"Charges — {ctx.filters.period}")
-    per_tenant = ctx.views.tenant_charges(ctx.viewer, ctx.filters)
+    so_far = ctx.views.provisional_days(ctx.viewer, ctx.filters)
+    label = scoped.provisional_label(so_far)
+    # With today's provisional figures: the month to date, the complete days' part apart from today's.
+    per_tenant = (ctx.views.month_to_date if so_far else ctx.views.tenant_charges)(ctx.viewer, ctx.filters)
     if per_tenant.is_empty():
         st.info("No charges metered for these filters.")
         return
-    total = sum((Decimal(v) for v in per_tenant["amount"].to_list()), Decimal(0))
-    tenants_only = per_tenant.filter(~pl.col("tenant").is_in([IDLE, UNALLOCATED]))
-    billed = sum((Decimal(v) for v in tenants_only["amount"].to_list()), Decimal(0))
-    left, right = st.columns(2)
-    left.metric("Total in scope" if ctx.viewer.sees_all_tenants else "Your charges", ctx.money(total))
-    right.metric("Billed to tenants", ctx.money(billed))
-    _chart(
-        px.bar(
-            _floats(per_tenant, "amount"),
-            x="tenant",
-            y="amount",
-            title=f"What each tenant owes ({ctx.config.currency})",
-            labels={"amount": ctx.config.currency, "tenant": ""},
-        ),
-        "charges-bar",
-    )
-    table(ctx, per_tenant, "tenant_charges", money=("amount",))
-    daily = ctx.views.daily_charges(ctx.viewer, ctx.filters)
-    if not daily.is_empty():
+    if so_far:
+        _provisional_note(label)
+    complete = "complete_days_amount" if so_far else "amount"
+    total = _sum(per_tenant[complete])
+    billed = _sum(per_tenant.filter(~pl.col("tenant").is_in([IDLE, UNALLOCATED]))[complete])
+    columns = st.columns(3 if so_far else 2)
+    columns[0].metric("Total in scope" if ctx.viewer.sees_all_tenants else "Your charges", ctx.money(total))
+    columns[1].metric("Billed to tenants", ctx.money(billed))
+    if so_far:
+        columns[2].metric(
+            "Today so far",
+            ctx.money(_sum(per_tenant["provisional_amount"])),
+            help=f"Today {label}: not in the totals beside it, which are complete days.",
+        )
+        owed = _floats(per_tenant, "complete_days_amount", "provisional_amount")
+        fig = go.Figure()
+        fig.add_bar(x=owed["tenant"], y=owed["complete_days_amount"], name=COMPLETE)
+        fig.add_bar(
+            x=owed["tenant"],
+            y=owed["provisional_amount"],
+            name=f"today, {label}",
+            marker={"pattern": {"shape": "/"}},
+        )
+        fig.update_layout(
+            barmode="stack",
+            title=f"What each tenant owes, month to date ({ctx.config.currency})",
+            yaxis_title=ctx.config.currency,
+        )
+        _chart(_lighten(fig), "charges-bar")
+    else:
         _chart(
             px.bar(
-                _floats(daily, "amount"),
-                x="day",
+                _floats(per_tenant, "amount"),
+                x="tenant",
                 y="amount",
-                color="tenant",
-                title=f"Charges per day ({ctx.config.currency})",
-                labels={"amount": ctx.config.currency, "day": ""},
+                title=f"What each tenant owes ({ctx.config.currency})",
+                labels={"amount": ctx.config.currency, "tenant": ""},
             ),
-            "charges-daily",
-            daily=True,
+            "charges-bar",
         )
+    money = ("complete_days_amount", "provisional_amount", "amount") if so_far else ("amount",)
+    table(ctx, per_tenant, "month_to_date" if so_far else "tenant_charges", money=money)
+    daily = (
+        _basis(ctx.views.daily_charges_so_far(ctx.viewer, ctx.filters), label)
+        if so_far
+        else ctx.views.daily_charges(ctx.viewer, ctx.filters)
+    )
+    if not daily.is_empty():
+        fig = px.bar(
+            _floats(daily, "amount"),
+            x="day",
+            y="amount",
+            color="tenant",
+            pattern_shape="basis" if so_far else None,
+            pattern_shape_map={COMPLETE: "", f"today, {label}": "/"} if so_far else None,
+            title=f"Charges per day ({ctx.config.currency})",
+            labels={"amount": ctx.config.currency, "day": "", "basis": ""},
+        )
+        _chart(_lighten(fig), "charges-daily", daily=True)
     history = ctx.views.monthly_charges(ctx.viewer, ctx.filters)
     st.subheader("Over time (every stored period)")
     if not history.is_empty():
@@ -97,22 +200,33 @@ def charges(ctx: Context) -> None:
 
 def budgets(ctx: Context) -> None:
     st.title(f"Budgets — {ctx.filters.period}")
-    # Scoped by the data layer, config included: a tenant viewer's budgets hold its own tenant only.
-    statuses = ctx.views.budgets(ctx.viewer, ctx.filters)
+    # Scoped by the data layer, config included: a tenant viewer's budgets hold its own tenant only. With
+    # today's provisional figures the spend counts them, and the forecast their part of the day.
+    statuses = ctx.views.budgets_so_far(ctx.viewer, ctx.filters)
     if not statuses:
         st.info("No spend metered for these filters.")
         return
+    so_far = ctx.views.provisional_days(ctx.viewer, ctx.filters)
+    label = scoped.provisional_label(so_far)
+    if so_far:
+        _provisional_note(label)
+        st.caption(
+            "The forecast is the spend per metered day times the days of the month, today counted as the part "
+            f"of it metered: {_days(statuses[0].days_metered)} days so far."
+        )
     rows = [
         {
             "tenant": s.tenant,
             "cost_center": s.cost_center,
             "budget": s.budget,
             "spent": s.spent,
+            **({"of_which_today_provisional": s.provisional_spent} if so_far else {}),
             "remaining": s.remaining,
             "forecast": s.forecast,
             "forecast_over": s.forecast_over,
             "burn_ratio": float(s.burn_ratio) if s.burn_ratio is not None else None,
             "days_elapsed": s.days_elapsed,
+            **({"days_metered": float(s.days_metered)} if so_far else {}),
             "days_in_period": s.days_in_period,
         }
         for s in statuses
@@ -121,18 +235,28 @@ def budgets(ctx: Context) -> None:
     over = [s.tenant for s in statuses if s.forecast_over is not None and s.forecast_over > 0]
     if over:
         st.warning(f"Forecast over budget this period: {', '.join(over)}")
-    table(ctx, frame, "budgets", money=("budget", "spent", "remaining", "forecast", "forecast_over"))
+    money = ("budget", "spent", "of_which_today_provisional", "remaining", "forecast", "forecast_over")
+    table(ctx, frame, "budgets", money=money)
     fig = go.Figure()
     palette = px.colors.qualitative.Plotly
     for index, status in enumerate(s for s in statuses if s.cumulative):
         color = palette[index % len(palette)]  # a tenant's spend and budget share a color
-        days = [d for d, _ in status.cumulative]
+        partial = {d for d, _ in status.provisional_days}
+        complete = [(d, v) for d, v in status.cumulative if d not in partial]
         fig.add_scatter(
-            x=days,
-            y=[float(v) for _, v in status.cumulative],
+            x=[d for d, _ in complete],
+            y=[float(v) for _, v in complete],
             name=f"{status.tenant} spent",
             line={"color": color},
         )
+        if partial:  # from the last complete day on to today so far: dashed and lighter
+            ahead = complete[-1:] + [(d, v) for d, v in status.cumulative if d in partial]
+            fig.add_scatter(
+                x=[d for d, _ in ahead],
+                y=[float(v) for _, v in ahead],
+                name=f"{status.tenant} spent, {label}",
+                line={"color": color, "dash": "dash"},
+            )
         if status.budget is not None:
             fig.add_scatter(
                 x=[ctx.filters.period.start, ctx.filters.period.days()[-1]],
@@ -144,7 +268,7 @@ def budgets(ctx: Context) -> None:
     fig.update_layout(
         title=f"Cumulative spend against budget ({ctx.config.currency})", yaxis_title=ctx.config.currency
     )
-    _chart(fig, "budget-burn")
+    _chart(_lighten(fig), "budget-burn")
 
 
 def invoices(ctx: Context) -> None:
@@ -226,44 +350,65 @@ def _download(label: str, data: str, file_name: str, mime: str) -> None:
 def usage(ctx: Context) -> None:
     who = "" if ctx.viewer.sees_all_tenants else f" of {ctx.viewer.tenant}"
     st.title(f"Usage and efficiency{who} — {ctx.filters.period}")
-    per_tenant = ctx.views.tenant_charges(ctx.viewer, ctx.filters).filter(pl.col("tenant") != IDLE)
-    if per_tenant.is_empty():
+    per_tenant = ctx.views.tenant_charges(ctx.viewer, ctx.filters)
+    per_tenant = per_tenant.filter(pl.col("tenant") != IDLE) if not per_tenant.is_empty() else per_tenant
+    so_far = ctx.views.provisional_days(ctx.viewer, ctx.filters)
+    if per_tenant.is_empty() and not so_far:
         st.info("No usage metered for these filters.")
         return
-    cols = st.columns(3)
-    cols[0].metric("GPU-hours held", f"{per_tenant['gpu_hours'].sum():,.1f}")
-    cols[1].metric("GPU-hours used", f"{per_tenant['used_gpu_hours'].sum():,.1f}")
-    held = per_tenant["gpu_hours"].sum()
-    cols[2].metric(
-        "Efficiency (used ÷ held)", f"{per_tenant['used_gpu_hours'].sum() / held:.0%}" if held else "—"
-    )
-    daily = ctx.views.daily_charges(ctx.viewer, ctx.filters).filter(pl.col("tenant") != IDLE)
-    daily = daily.with_columns(
+    if not per_tenant.is_empty():
+        cols = st.columns(3)
+        cols[0].metric("GPU-hours held", f"{per_tenant['gpu_hours'].sum():,.1f}")
+        cols[1].metric("GPU-hours used", f"{per_tenant['used_gpu_hours'].sum():,.1f}")
+        held = per_tenant["gpu_hours"].sum()
+        cols[2].metric(
+            "Efficiency (used ÷ held)", f"{per_tenant['used_gpu_hours'].sum() / held:.0%}" if held else "—"
+        )
+    label = scoped.provisional_label(so_far)
+    if so_far:
+        _provisional_note(label)
+        st.caption("The figures above are complete days; today so far is in the charts below only.")
+        daily = _basis(ctx.views.daily_charges_so_far(ctx.viewer, ctx.filters), label)
+    else:
+        daily = ctx.views.daily_charges(ctx.viewer, ctx.filters)
+    daily = daily.filter(pl.col("tenant") != IDLE).with_columns(
         (pl.col("used_gpu_hours") / pl.col("gpu_hours")).cast(pl.Float64).alias("efficiency")
     )
+    # Today so far is its own trace per tenant (a lighter open marker): a part of a day is no day's total.
+    shape = (
+        {"symbol": "basis", "symbol_map": {COMPLETE: "circle", f"today, {label}": "circle-open"}}
+        if so_far
+        else {}
+    )
     _chart(
-        px.line(
-            _floats(daily, "gpu_hours", "used_gpu_hours"),
-            x="day",
-            y="gpu_hours",
-            color="tenant",
-            markers=True,
-            title="GPU-hours held per day",
-            labels={"gpu_hours": "GPU-hours", "day": ""},
-        ).update_yaxes(rangemode="tozero"),
+        _lighten(
+            px.line(
+                _floats(daily, "gpu_hours", "used_gpu_hours"),
+                x="day",
+                y="gpu_hours",
+                color="tenant",
+                markers=True,
+                title="GPU-hours held per day",
+                labels={"gpu_hours": "GPU-hours", "day": "", "basis": ""},
+                **shape,
+            ).update_yaxes(rangemode="tozero")
+        ),
         "usage-daily",
         daily=True,
     )
     _chart(
-        px.line(
-            daily,
-            x="day",
-            y="efficiency",
-            color="tenant",
-            markers=True,
-            title="Efficiency per day (used ÷ held GPU-hours)",
-            labels={"efficiency": "efficiency", "day": ""},
-        ).update_yaxes(tickformat=".0%", range=[0, 1]),
+        _lighten(
+            px.line(
+                daily,
+                x="day",
+                y="efficiency",
+                color="tenant",
+                markers=True,
+                title="Efficiency per day (used ÷ held GPU-hours)",
+                labels={"efficiency": "efficiency", "day": "", "basis": ""},
+                **shape,
+            ).update_yaxes(tickformat=".0%", range=[0, 1])
+        ),
         "usage-efficiency",
         daily=True,
     )
@@ -271,36 +416,104 @@ def usage(ctx: Context) -> None:
 
 
 # --- platform ops ----------------------------------------------------------------------------------
+GROUP_LABELS = {"node": "node", "node_pool": "node pool", "gpu_model": "GPU model", "cluster": "cluster"}
+
+
 def capacity(ctx: Context) -> None:
     st.title(f"Capacity — {ctx.filters.period}")
-    heat = ctx.views.gpu_hourly_heatmap(ctx.viewer, ctx.filters)
     measure = st.radio("Heatmap of", ["allocated", "busy"], horizontal=True, key="heat-measure")
-    if heat.is_empty():
+    _capacity_heatmap(ctx, measure)
+    _stranded(ctx)
+
+
+def _capacity_heatmap(ctx: Context, measure: str) -> None:
+    """One row per GPU up to HEATMAP_GPU_ROWS GPUs; above, one row per group (node by default) with a
+    drill-down to the GPUs of one node. Every heatmap has the download of exactly what it draws."""
+    gpus = ctx.views.heatmap_gpus(ctx.viewer, ctx.filters)
+    if not gpus:
         st.info("No GPU samples for these filters.")
-    else:
-        heat = heat.with_columns(
-            (pl.col("node") + " · " + pl.col("uuid").str.slice(0, 12)).alias("gpu"),
+        return
+    if gpus <= scoped.HEATMAP_GPU_ROWS:  # read at each run: the one place the threshold is set
+        heat = ctx.views.gpu_hourly_heatmap(ctx.viewer, ctx.filters)
+        _heatmap(
+            _gpu_rows(heat),
+            measure,
+            f"{measure.capitalize()} share per GPU and hour (UTC)",
+            "capacity-heatmap",
         )
-        pivot = heat.pivot(on="hour", index="gpu", values=measure, sort_columns=True)
-        gpus = pivot["gpu"].to_list()
-        hours = pivot.columns[1:]
-        fig = go.Figure(
-            go.Heatmap(
-                z=pivot.drop("gpu").to_numpy(),
-                x=hours,
-                y=gpus,
-                zmin=0,
-                zmax=1,
-                colorscale="Viridis",
-                colorbar={"title": measure, "tickformat": ".0%"},
-            )
+        download(ctx, heat, "gpu_hourly_heatmap", key="dl-gpu_hourly_heatmap")
+        return
+    st.caption(
+        f"{gpus:,} GPUs in scope: too many for one row each, so each row is a group of GPUs (its held and busy "
+        "GPU-seconds over its observed ones). Choose a node below to see its GPUs one by one."
+    )
+    groupings = ctx.views.heatmap_groupings(ctx.viewer)
+    by = st.selectbox(
+        "One row per", groupings, format_func=lambda g: GROUP_LABELS.get(g, g), key="heat-group"
+    )
+    grouped = ctx.views.grouped_hourly_heatmap(ctx.viewer, ctx.filters, by or "node")
+    columns = [
+        c for c in grouped.columns if c not in ("hour", "gpus", "allocated", "busy", "observed_gpu_hours")
+    ]
+    rows = grouped.with_columns(_label(grouped, columns).alias("row"))
+    label = GROUP_LABELS.get(by or "node", "group")
+    _heatmap(rows, measure, f"{measure.capitalize()} share per {label} and hour (UTC)", "capacity-heatmap")
+    download(ctx, grouped, f"hourly_heatmap_by_{by}", key="dl-hourly_heatmap_grouped")
+    nodes = ctx.views.heatmap_nodes(ctx.viewer, ctx.filters)
+    several = len({cluster for cluster, _ in nodes}) > 1
+    choices = {(f"{cluster} / {node}" if several else node): (cluster, node) for cluster, node in nodes}
+    st.subheader("GPUs of one node")
+    picked = st.selectbox(
+        "Node", list(choices), index=None, placeholder="Choose a node to see its GPUs", key="heat-node"
+    )
+    if picked is None or picked not in choices:
+        return
+    node_heat = ctx.views.gpu_hourly_heatmap(ctx.viewer, ctx.filters, choices[picked])
+    _heatmap(
+        _gpu_rows(node_heat),
+        measure,
+        f"{measure.capitalize()} share per GPU of {picked} and hour (UTC)",
+        "capacity-node-heatmap",
+    )
+    download(ctx, node_heat, "gpu_hourly_heatmap_of_node", key="dl-gpu_hourly_heatmap_node")
+
+
+def _gpu_rows(heat: pl.DataFrame) -> pl.DataFrame:
+    return heat.with_columns((pl.col("node") + " · " + pl.col("uuid").str.slice(0, 12)).alias("row"))
+
+
+def _label(frame: pl.DataFrame, columns: list[str]) -> pl.Expr:
+    """A group's row label: its columns joined, the cluster left out where there is only one."""
+    shown = [
+        c for c in columns if not (c == "cluster" and len(columns) > 1 and frame["cluster"].n_unique() == 1)
+    ]
+    return pl.concat_str([pl.col(c).fill_null("(none)") for c in shown], separator=" / ")
+
+
+def _heatmap(rows: pl.DataFrame, measure: str, title: str, key: str) -> None:
+    """A heatmap of `measure` with one row per distinct `row` label and one column per hour."""
+    pivot = rows.pivot(on="hour", index="row", values=measure, sort_columns=True)
+    labels = pivot["row"].to_list()
+    fig = go.Figure(
+        go.Heatmap(
+            z=pivot.drop("row").to_numpy(),
+            x=pivot.columns[1:],
+            y=labels,
+            zmin=0,
+            zmax=1,
+            colorscale="Viridis",
+            colorbar={"title": measure, "tickformat": ".0%"},
         )
-        fig.update_layout(
-            title=f"{measure.capitalize()} share per GPU and hour (UTC)",
-            height=max(320, 18 * len(gpus) + 120),
-            yaxis={"autorange": "reversed"},
-        )
-        _chart(fig, "capacity-heatmap")
+    )
+    # Rows stay legible up to a few dozen; past that they get thinner rather than the chart endless.
+    row_px = 18 if len(labels) <= 60 else 8
+    fig.update_layout(
+        title=title, height=max(320, row_px * len(labels) + 120), yaxis={"autorange": "reversed"}
+    )
+    _chart(fig, key)
+
+
+def _stranded(ctx: Context) -> None:
     st.subheader("Where capacity went")
     stranded = ctx.views.stranded_capacity(ctx.viewer, ctx.filters)
     if stranded.is_empty():
@@ -319,27 +532,27 @@ def capacity(ctx: Context) -> None:
     left, right = st.columns(2)
     with left:
         _chart(
-            px.bar(
+            _bars(
                 by_category,
-                x="category",
-                y="gpu_hours",
+                "category",
+                "gpu_hours",
                 color="category",
-                color_discrete_map=CATEGORY_COLORS,
+                colors=CATEGORY_COLORS,
                 title="GPU-hours by category",
-                labels={"gpu_hours": "GPU-hours", "category": ""},
+                value_title="GPU-hours",
             ).update_layout(showlegend=False),
             "stranded-category",
         )
     with right:
         _chart(
-            px.bar(
+            _bars(
                 stranded.filter(pl.col("is_stranded")),
-                x="node",
-                y="gpu_hours",
+                "node",
+                "gpu_hours",
                 color="category",
-                color_discrete_map=CATEGORY_COLORS,
+                colors=CATEGORY_COLORS,
                 title="Stranded GPU-hours by node",
-                labels={"gpu_hours": "GPU-hours", "node": ""},
+                value_title="GPU-hours",
             ),
             "stranded-node",
         )
@@ -369,20 +582,20 @@ def mig(ctx: Context) -> None:
     )
     long = per_gpu.unpivot(index="gpu", variable_name="state", value_name="slices")
     _chart(
-        px.bar(
+        _bars(
             long,
-            y="gpu",
-            x="slices",
+            "gpu",
+            "slices",
             color="state",
-            orientation="h",
+            horizontal=True,
             title="Compute slices per MIG GPU (average)",
-            color_discrete_map={
+            colors={
                 "held, busy": "#2e7d32",
                 "held, idle": "#f9a825",
                 "free": "#90a4ae",
                 "unpartitioned": "#8e24aa",
             },
-            labels={"slices": "slices of 7", "gpu": ""},
+            value_title="slices of 7",
         ).update_xaxes(range=[0, 7]),
         "mig-layout",
     )
@@ -402,14 +615,14 @@ def idle(ctx: Context) -> None:
         (pl.col("namespace") + "/" + pl.col("pod")).alias("holder")
     )
     _chart(
-        px.bar(
+        _bars(
             top,
-            x="idle_cost",
-            y="holder",
+            "holder",
+            "idle_cost",
             color="tenant",
-            orientation="h",
+            horizontal=True,
             title=f"Top allocated-idle cost ({ctx.config.currency})",
-            labels={"idle_cost": ctx.config.currency, "holder": ""},
+            value_title=ctx.config.currency,
         ).update_yaxes(autorange="reversed"),
         "idle-top",
     )
@@ -422,10 +635,7 @@ def rightsizing(ctx: Context) -> None:
         "Whole GPUs whose holder never needed all of it: the smallest MIG profile that fits the observed peak "
         "memory and busy, and the monthly saving at the same holding pattern (rate card prices)."
     )
-    rows = ctx.views.whole_gpu_holders(ctx.viewer, ctx.filters)
-    metered = len(ctx.views.metered_days(ctx.viewer, ctx.filters))
-    holders = holder_peaks(rows)
-    advice = advise(holders, ctx.config, metered, len(ctx.filters.period.days()))
+    advice = ctx.views.rightsizing_advice(ctx.viewer, ctx.filters)
     if not advice:
         st.info("No whole GPU in scope would fit a smaller MIG profile.")
         return

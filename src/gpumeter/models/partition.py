@@ -15,6 +15,7 @@ from gpumeter.ingest.contract import RawFiles
 from gpumeter.ingest.schema import RAW_TABLES
 from gpumeter.models.project import LAYERS, Model, load_models
 from gpumeter.models.runner import meter_day
+from gpumeter.storage import provisional
 from gpumeter.storage.paths import INTERMEDIATE, MARTS, RAW, STAGING
 from gpumeter.storage.warehouse import Warehouse
 
@@ -72,4 +73,17 @@ def meter_partition_day(
                 warehouse.write_day(ZONES[model.layer], model.table, cluster_name, day, table)
                 counts[name] = counts.get(name, 0) + table.num_rows
             log(f"{cluster_name} {day}: metered, {tables['mart_device_seconds'].num_rows} device-holder rows")
+            _drop_provisional(warehouse, cluster_name, day, log)
     return counts, results
+
+
+def _drop_provisional(warehouse: Warehouse, cluster: str, day: date, log: Log) -> None:
+    """The day's final marts are written: its provisional figures (gpumeter.models.provisional) are done.
+    A failure to remove them never fails the day: readers skip provisional days that have final marts."""
+    try:
+        removed = provisional.remove_day(warehouse, cluster, day)
+    except OSError as exc:
+        log(f"{cluster} {day}: could not remove its provisional figures ({exc}); they are ignored")
+        return
+    if removed:
+        log(f"{cluster} {day}: provisional figures replaced by the day's final ones")

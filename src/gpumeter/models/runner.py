@@ -32,8 +32,12 @@ from gpumeter.models.python_models import PYTHON_MODEL_FUNCTIONS
 from gpumeter.storage.objectstore import duckdb_paths
 
 
-def _set_variables(con: duckdb.DuckDBPyConnection, config: Config, cluster: str, day: date) -> None:
+def _set_variables(
+    con: duckdb.DuckDBPyConnection, config: Config, cluster: str, day: date, through_ms: int | None = None
+) -> None:
     start_ms, end_ms = day_bounds_ms(day)
+    # A day metered before its end (provisional) ends at `through` for everything "in the day" means.
+    end_ms = end_ms if through_ms is None else through_ms
     variables: Mapping[str, object] = {
         "cluster": cluster,
         "day": day.isoformat(),
@@ -75,13 +79,15 @@ def meter_day(
     keep_layers: Collection[str] = LAYERS,
     temp_directory: Path | None = None,
     profile_dir: Path | None = None,
+    through_ms: int | None = None,
 ) -> dict[str, pa.Table]:
     """Run every model for one cluster and day. Returns {model name: table} for the models of
     `keep_layers`; the others are computed inside DuckDB and never copied out (they can be 100 M rows
     at fleet scale). With `temp_directory`, the models are tables of a DuckDB database file there (removed by
     the caller with the directory), else of an in-memory one; DuckDB spills there past
     `warehouse.memory_limit`. With `profile_dir`, each SQL model's DuckDB query profile (EXPLAIN ANALYZE, as
-    JSON) is written there as <model>.json (bench/).
+    JSON) is written there as <model>.json (bench/). With `through_ms` the day ends there (a provisional day
+    metered up to its last full hour, gpumeter.models.provisional).
 
     Each model must output the columns its schema.yml declares (ProjectError), and the assertions it declares
     run right after it: the first row one returns stops the day with its message (AccountingError)."""
@@ -108,7 +114,7 @@ def meter_day(
         if temp_directory is not None:
             con.execute("set temp_directory = ?", [str(temp_directory)])
         _load_raw(con, raw)
-        _set_variables(con, config, cluster, day)
+        _set_variables(con, config, cluster, day, through_ms)
         con.execute(MACROS.read_text(encoding="utf-8"))
         if profile_dir is not None:
             profile_dir.mkdir(parents=True, exist_ok=True)

@@ -123,6 +123,7 @@ def record_delivery(warehouse: Warehouse, alert: BudgetAlert, *, fmt: str, statu
         "amount": alert.rounded(alert.amount),
         "budget": alert.rounded(alert.budget),
         "currency": alert.currency,
+        "provisional_through": _moment(alert.provisional_through),
         "format": fmt,
         "http_status": status,
         "run_id": run_id,
@@ -178,9 +179,15 @@ def generic_body(alert: BudgetAlert, pool: str) -> dict[str, Any]:
         "days_metered": alert.days_elapsed,
         "days_in_period": alert.days_in_period,
         "metered_through": alert.last_day.isoformat() if alert.last_day else None,
+        # Set when the spend counts today's provisional figures: the moment they are metered up to.
+        "provisional_through": _moment(alert.provisional_through),
         "title": alert.title,
         "message": alert.message,
     }
+
+
+def _moment(moment: datetime | None) -> str | None:
+    return None if moment is None else moment.astimezone(UTC).isoformat().replace("+00:00", "Z")
 
 
 def alert_body(alert: BudgetAlert, pool: str, fmt: str) -> dict[str, Any]:

@@ -25,6 +25,7 @@ from gpumeter.pipelines.k8s_snapshots import k8s_snapshot_definitions
 from gpumeter.pipelines.partitions import cluster_day_partitions
 from gpumeter.pipelines.resources import GpumeterConfigResource
 from gpumeter.pipelines.schedules import build_schedules
+from gpumeter.pipelines.today import build_today_schedule, meter_today
 
 METER_DAY_JOB = "meter_day"
 INVOICE_MONTH_JOB = "invoice_month"
@@ -53,8 +54,13 @@ def build_definitions(config_path: str | os.PathLike[str]) -> Definitions:
     )
     return Definitions(
         assets=[*day_assets, *BILLING_ASSETS],
-        jobs=[meter_day_job, invoice_month_job, *snapshot_jobs, *alert_jobs],
-        schedules=[*build_schedules(meter_day_job, invoice_month_job, clusters), *snapshot_schedules],
+        jobs=[meter_day_job, invoice_month_job, meter_today, *snapshot_jobs, *alert_jobs],
+        schedules=[
+            *build_schedules(meter_day_job, invoice_month_job, clusters),
+            # Today so far, every hour: provisional figures the nightly run replaces (pipelines/today.py).
+            build_today_schedule(clusters),
+            *snapshot_schedules,
+        ],
         sensors=alert_sensors,
         resources={"gpumeter": GpumeterConfigResource(config_path=path)},
     )

@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from datetime import date
+from datetime import date, datetime
 from typing import Any
 
 from dagster import DagsterInstance, ExecuteInProcessResult
@@ -121,6 +121,30 @@ def meter_days(
                 if on_day:
                     on_day(outcome)
     return outcomes
+
+
+def meter_today(
+    config_path: str, through: datetime, clusters: Sequence[str] | None = None
+) -> list[dict[str, Any]]:
+    """One meter_today run per cluster (default: every cluster of the config), each metering the cluster's day
+    of `through` up to it as provisional figures: the job the hourly schedule runs. What each run did (metered,
+    or skipped and why), as its op returns it."""
+    from gpumeter.pipelines.today import TODAY_JOB, TODAY_OP, through_key
+
+    names = select_clusters(load_config(config_path), clusters)
+    job = build_definitions(config_path).resolve_job_def(TODAY_JOB)
+    done = []
+    with _instance() as instance:
+        for cluster in names:
+            run_config = {
+                **QUIET,
+                "ops": {TODAY_OP: {"config": {"cluster": cluster, "through": through_key(through)}}},
+            }
+            result = job.execute_in_process(run_config=run_config, instance=instance, raise_on_error=False)
+            if not result.success:
+                raise RunFailed(f"{TODAY_JOB} cluster {cluster}: {_failure(result)}")
+            done.append(result.output_for_node(TODAY_OP))
+    return done
 
 
 def invoice_month(config_path: str, period: str) -> RunOutcome:

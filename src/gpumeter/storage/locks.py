@@ -25,6 +25,10 @@ LOCK_TIMEOUT_ENV = "GPUMETER_LOCK_TIMEOUT_SECONDS"
 DEFAULT_LOCK_TIMEOUT_S = 6 * 3600.0
 
 
+class LockBusy(WarehouseError):
+    """Another run held the lock for longer than this run would wait (with no wait: at all)."""
+
+
 @contextmanager
 def hold(path: Path | UPath, what: str, timeout_s: float | None = None) -> Iterator[None]:
     """Hold the lock at `path` for `what` (a partition, named in errors): another holder waits (up to
@@ -53,7 +57,7 @@ def hold(path: Path | UPath, what: str, timeout_s: float | None = None) -> Itera
             except BlockingIOError:
                 if time.monotonic() >= deadline:
                     holder = os.pread(fd, 200, 0).decode("utf-8", "replace").strip() or "another run"
-                    raise WarehouseError(
+                    raise LockBusy(
                         f"{what} is being written by {holder} (lock {path}); "
                         f"this run wrote nothing. Wait for it to finish and re-run, or raise {LOCK_TIMEOUT_ENV}."
                     ) from None
@@ -82,7 +86,7 @@ def _object_lock(path: UPath, what: str, timeout_s: float) -> Iterator[None]:
                     held_by = path.read_text(encoding="utf-8").strip() or "another run"
                 except OSError:
                     held_by = "another run"
-                raise WarehouseError(
+                raise LockBusy(
                     f"{what} is being written by {held_by} (lock {path}); this run wrote nothing. Wait for it "
                     f"to finish and re-run, or raise {LOCK_TIMEOUT_ENV}. If that run is dead (pod killed), "
                     f"delete the lock object {path} and re-run."

@@ -13,6 +13,9 @@ The warehouse (docs/deploy.md, docs/billing.md):
     <root>/.locks/budget_alerts.lock                                        held while one alert is delivered
     <root>/.locks/cluster=<cluster>/day=<YYYY-MM-DD>.lock                   the (cluster, day) lock
     <root>/.tmp/                                                            DuckDB spill and staged writes
+    <root>/provisional/<zone>/<table>/cluster=<c>/day=<d>/data.parquet      today so far: a day metered up to
+                                                                           its last full hour, until the
+                                                                           nightly run replaces it
 
 A Parquet source and the DRA snapshot folder use the same `cluster=<c>/day=<d>` partition folders. The
 functions take and return paths of either kind (pathlib.Path, or UPath on an object store): they only join
@@ -37,6 +40,8 @@ PERIODS = "periods"
 EXPORTS = "exports"
 LOCKS = ".locks"
 SCRATCH = ".tmp"
+# A day metered before its end (raw pull and marts, in the zones above under this folder): never billed.
+PROVISIONAL = "provisional"
 
 DATA_FILE = "data.parquet"  # one stored table partition
 PART_FILE = "part-{index:05d}.parquet"  # one part of a raw day written in parts
@@ -93,6 +98,12 @@ def partition_of(path: PurePath | object) -> tuple[str, date]:
 
 def lock_file(root: P, cluster: str, day: date) -> P:
     return root / LOCKS / f"cluster={cluster}" / f"day={day.isoformat()}.lock"  # type: ignore[operator]
+
+
+def provisional_root(root: P) -> P:
+    """The provisional zone: a warehouse of its own layout inside the warehouse, which only the readers of
+    today's figures look at."""
+    return root / PROVISIONAL  # type: ignore[operator]
 
 
 def alert_ledger(root: P) -> P:

@@ -9,26 +9,40 @@ queues, and no role mappings), and every view that reads the config (budgets) re
 Reads go through `Warehouse.connect()` (in-memory DuckDB views over the Parquet files), so the dashboard never
 holds a lock the pipeline needs; a day the pipeline is rewriting is read as the old or the new file (atomic
 renames), never half of one.
+
+Reads are cached (gpumeter/views/cache.py) per viewer scope (role and tenant), read, arguments, config and data
+version (every stored file the read depends on): a cached result is never handed to another scope, and a
+re-metered day is read afresh. The capacity heatmap is drawn per GPU up to `HEATMAP_GPU_ROWS` GPUs, and per
+group of GPUs (node, GPU model, ...) above it, aggregated here in DuckDB.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import fnmatch
+import functools
+import hashlib
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import date
+from datetime import UTC, date, datetime
 from decimal import Decimal
-from typing import Any, Literal
+from typing import Any, Literal, ParamSpec, TypeVar
 
 import polars as pl
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from gpumeter.billing.budgets import BudgetStatus, budget_status
 from gpumeter.billing.invoices import INVOICE_SCHEMA, Period, csv_text, neutralize
 from gpumeter.billing.periods import status_of, stored_lines
 from gpumeter.billing.status import Status
 from gpumeter.config import IDLE, UNALLOCATED, Config
+from gpumeter.storage import paths, provisional
+from gpumeter.storage.provisional import THROUGH
 from gpumeter.storage.warehouse import Warehouse
+from gpumeter.views.cache import READS, SESSIONS, ReadCache, files_version, stored_tables
+from gpumeter.views.rightsizing import Advice, advise, holder_peaks
 
 Role = Literal["finance", "ops", "tenant"]
 ROLES: tuple[Role, ...] = ("finance", "ops", "tenant")
@@ -148,18 +162,111 @@ class _Where:
         return " and ".join(self.parts) if self.parts else "true"
 
 
-class Views:
-    """Scoped reads of one warehouse. One DuckDB session per instance; cheap to make per page render."""
+# Above this many GPUs in scope the capacity heatmap draws one row per group of GPUs, not one per GPU.
+HEATMAP_GPU_ROWS = 300
+# How the heatmap may group GPUs: the columns of a group. Offered where the stored table has those columns.
+HEATMAP_GROUPS: dict[str, tuple[str, ...]] = {
+    "node": ("cluster", "node"),
+    "node_pool": ("cluster", "node_pool"),
+    "gpu_model": ("gpu_model",),
+    "cluster": ("cluster",),
+}
 
-    def __init__(self, warehouse: Warehouse, config: Config):
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def _cached(*tables: str, periods: bool = False) -> Callable[[Callable[P, R]], Callable[P, R]]:
+    """Cache a read of `tables` (and, with `periods`, of the period's invoice lines and closed copy) per viewer
+    scope, arguments, config and data version (gpumeter/views/cache.py)."""
+
+    def wrap(read: Callable[P, R]) -> Callable[P, R]:
+        @functools.wraps(read)
+        def cached(*args: P.args, **kwargs: P.kwargs) -> R:
+            self = args[0]
+            assert isinstance(self, Views)
+            key = (
+                read.__name__,
+                tuple(_key_part(a) for a in args[1:]),
+                tuple(sorted((k, _key_part(v)) for k, v in kwargs.items())),
+                self._config_key,
+                self._version(tables, _period_of(args[1:]) if periods else None),
+            )
+            return _handout(self._cache.get(key, lambda: read(*args, **kwargs)))
+
+        return cached
+
+    return wrap
+
+
+def _key_part(value: object) -> object:
+    """A viewer is keyed by its scope (role, tenant), never by who it is: the scope is all a read depends on."""
+    if isinstance(value, Viewer):
+        return ("viewer", value.role, value.tenant)
+    return value
+
+
+def _period_of(args: tuple[object, ...]) -> str | None:
+    return next((str(a.period) for a in args if isinstance(a, Filters)), None)
+
+
+def _handout(value: R) -> R:
+    """A cached result as a caller may keep it: frames and lists are copies (cheap: polars shares the data)."""
+    if isinstance(value, pl.DataFrame):
+        return value.clone()  # type: ignore[return-value]
+    if isinstance(value, list):
+        return list(value)  # type: ignore[return-value]
+    if isinstance(value, Options):
+        return dataclasses.replace(  # type: ignore[return-value]
+            value,
+            periods=list(value.periods),
+            clusters=list(value.clusters),
+            tenants=list(value.tenants),
+            gpu_models=list(value.gpu_models),
+        )
+    return value
+
+
+class Views:
+    """Scoped reads of one warehouse, cached (gpumeter/views/cache.py). Cheap to make per page render: the
+    DuckDB session is shared, each instance reads through its own cursor of it."""
+
+    def __init__(
+        self, warehouse: Warehouse, config: Config, cache: ReadCache | None = None, snapshot: bool = False
+    ):
         self._config = config  # all of it: pages get `config_for(viewer)`
         self.warehouse = warehouse
-        self.con = warehouse.connect()
+        self._cache = READS if cache is None else cache
+        # snapshot (one page view): each table's files are listed once, at its first read, so the page's
+        # reads agree on one version of it and a page does not list a table per read. Else at every read.
+        self._listed: dict[str, str] | None = {} if snapshot else None
+        self._config_key = hashlib.sha256(config.model_dump_json().encode()).hexdigest()
+        self._folders = stored_tables(warehouse)
+        self.con = SESSIONS.cursor(warehouse, self._folders)
         self.con.execute("set TimeZone = 'UTC'")  # days and hours are UTC (R2)
-        self.tables = {row[0] for row in self.con.execute("select view_name from duckdb_views()").fetchall()}
+        self.tables = set(self._folders)
 
     def close(self) -> None:
         self.con.close()
+
+    def _version(self, tables: tuple[str, ...], period: str | None) -> tuple[object, ...]:
+        """The data version of what a read depends on: which of its tables are stored, and every file of them
+        (and of the period's invoice lines and closed copy)."""
+        folders: list[Any] = [self._folders[t] for t in tables if t in self._folders]
+        if period is not None:
+            folders += [
+                paths.period_dir(self.warehouse.table_dir(paths.MARTS, paths.INVOICE_LINES), period),
+                self.warehouse.periods_dir() / period,
+            ]
+        present = tuple(t in self._folders for t in tables)
+        return (str(self.warehouse.root), present, tuple(self._folder_version(f) for f in folders))
+
+    def _folder_version(self, folder: Any) -> str:
+        if self._listed is None:
+            return files_version([folder])
+        if str(folder) not in self._listed:
+            self._listed[str(folder)] = files_version([folder])
+        return self._listed[str(folder)]
 
     def config_for(self, viewer: Viewer) -> Config:
         """The config as `viewer` may read it (module function `config_for`): what the pages get."""
@@ -203,6 +310,7 @@ class Views:
         return where
 
     # --- filter choices ------------------------------------------------------------------------
+    @_cached("tenant_daily_cost")
     def options(self, viewer: Viewer) -> Options:
         scope = _Where()
         if viewer.role == "tenant":
@@ -227,6 +335,7 @@ class Views:
         return Options(periods, clusters, tenants, models)
 
     # --- finance -------------------------------------------------------------------------------
+    @_cached("tenant_daily_cost")
     def tenant_charges(self, viewer: Viewer, filters: Filters) -> pl.DataFrame:
         """Per tenant over the period: GPU-hours held and used, efficiency (R10) and the charge (R9)."""
         where = self._where(viewer, filters)
@@ -243,6 +352,7 @@ class Views:
         """
         return self._frame(sql, where.params, ("tenant_daily_cost",))
 
+    @_cached("tenant_daily_cost")
     def daily_charges(self, viewer: Viewer, filters: Filters) -> pl.DataFrame:
         where = self._where(viewer, filters)
         sql = f"""
@@ -253,6 +363,7 @@ class Views:
         """
         return self._frame(sql, where.params, ("tenant_daily_cost",))
 
+    @_cached("tenant_daily_cost")
     def monthly_charges(self, viewer: Viewer, filters: Filters) -> pl.DataFrame:
         """Every stored period (the period filter does not apply: this is the history)."""
         where = self._where(viewer, filters, day_col=None)
@@ -263,6 +374,7 @@ class Views:
         """
         return self._frame(sql, where.params, ("tenant_daily_cost",))
 
+    @_cached("device_seconds", "tenant_daily_cost")
     def usage_by_model(self, viewer: Viewer, filters: Filters) -> pl.DataFrame:
         """Held and used hours from device_seconds (what a tenant held, whatever the tariff bills), beside
         the time charges (`reserved` and `usage` lines, R9/R10) of the same model and profile."""
@@ -289,6 +401,7 @@ class Views:
         """
         return self._frame(sql, [*where.params, *where.params], ("device_seconds", "tenant_daily_cost"))
 
+    @_cached("tenant_daily_cost")
     def tenant_daily_cost(self, viewer: Viewer, filters: Filters) -> pa.Table:
         """The mart's rows in scope, for budgets (gpumeter/billing/budgets.py)."""
         where = self._where(viewer, filters)
@@ -297,6 +410,7 @@ class Views:
         sql = f"select * from tenant_daily_cost where {where.sql}"
         return self.con.sql(sql, params=where.params).to_arrow_table()
 
+    @_cached("tenant_daily_cost")
     def budgets(self, viewer: Viewer, filters: Filters) -> list[BudgetStatus]:
         """Budget positions (gpumeter/billing/budgets.py) of the tenants in scope: a tenant viewer's hold its
         own tenant only, whatever the config lists; finance's hold the tenants its tenant filter picks (all
@@ -330,6 +444,7 @@ class Views:
         statuses = budget_status(pa.concat_tables([rows, markers]), self.config_for(viewer), filters.period)
         return [s for s in statuses if not filters.tenants or s.tenant in filters.tenants]
 
+    @_cached(periods=True)
     def invoice_lines(self, viewer: Viewer, filters: Filters) -> pa.Table:
         """The period's lines of record (R14; the closed copy once the period is closed, R16), in scope.
         Cluster does not apply: lines are per pool."""
@@ -347,6 +462,7 @@ class Views:
         finally:
             self.con.unregister("lines_of_record")
 
+    @_cached(periods=True)
     def invoice_status(self, filters: Filters) -> Status | None:
         """Closed (with its content hash) or draft: the same for every viewer, it names no tenant."""
         stored = stored_lines(self.warehouse, str(filters.period))
@@ -355,22 +471,93 @@ class Views:
         return status_of(self.warehouse, str(filters.period), stored, self._config.minor_unit)
 
     # --- platform ops --------------------------------------------------------------------------
-    def gpu_hourly_heatmap(self, viewer: Viewer, filters: Filters) -> pl.DataFrame:
-        """Per GPU and UTC hour: allocated share (held GPU-seconds ÷ observed) and busy share (R10, R11)."""
+    # The heatmap reads the per-sample categories: hours are finer than the daily marts.
+    def _heatmap_where(self, viewer: Viewer, filters: Filters, node: tuple[str, str] | None = None) -> _Where:
         self._require_all(viewer, "the utilization heatmap")
         where = self._pool_where(filters, model_col="gpu_model", by_ts_ms=True)
-        sql = f"""
+        if node is not None:
+            where.add("cluster = ? and node = ?", *node)
+        return where
+
+    @_cached("int_device_categories")
+    def heatmap_gpus(self, viewer: Viewer, filters: Filters) -> int:
+        """How many GPUs the heatmap would draw: whether it draws one row per GPU or per group."""
+        where = self._heatmap_where(viewer, filters)
+        if "int_device_categories" not in self.tables:
+            return 0
+        sql = f"select count(*) from (select distinct cluster, uuid from int_device_categories where {where.sql})"
+        ((count,),) = self.con.execute(sql, where.params).fetchall()
+        return int(count)
+
+    @_cached("int_device_categories")
+    def heatmap_groupings(self, viewer: Viewer) -> list[str]:
+        """The groupings of HEATMAP_GROUPS whose columns the stored per-sample table has (node pool only where
+        the pipeline stores one), node first."""
+        self._require_all(viewer, "the utilization heatmap")
+        if "int_device_categories" not in self.tables:
+            return []
+        columns = {r[0] for r in self.con.execute("describe int_device_categories").fetchall()}
+        return [name for name, group in HEATMAP_GROUPS.items() if set(group) <= columns]
+
+    @_cached("int_device_categories")
+    def heatmap_nodes(self, viewer: Viewer, filters: Filters) -> list[tuple[str, str]]:
+        """(cluster, node) of every node with GPU samples in scope: the drill-down's choices."""
+        where = self._heatmap_where(viewer, filters)
+        if "int_device_categories" not in self.tables:
+            return []
+        sql = f"select distinct cluster, node from int_device_categories where {where.sql} order by all"
+        return [(r[0], r[1]) for r in self.con.execute(sql, where.params).fetchall()]
+
+    @staticmethod
+    def _per_gpu_hour(where: _Where) -> str:
+        """Per GPU and UTC hour: held, busy and observed GPU-seconds (observed: its sample times × Δ)."""
+        return f"""
             select cluster, node, uuid, any_value(gpu_model) as gpu_model,
                    time_bucket(interval 1 hour, make_timestamp(ts_ms * 1000)) as hour,
-                   coalesce(sum(gpu_seconds) filter (where is_held), 0) / (count(distinct ts_ms) * ?)
-                       as allocated,
-                   sum(gpu_seconds * coalesce(busy, 0)) / (count(distinct ts_ms) * ?) as busy
+                   coalesce(sum(gpu_seconds) filter (where is_held), 0) as held_seconds,
+                   coalesce(sum(gpu_seconds * coalesce(busy, 0)), 0) as busy_seconds,
+                   count(distinct ts_ms) * ? as observed_seconds
             from int_device_categories where {where.sql}
-            group by cluster, node, uuid, hour order by node, uuid, hour
+            group by cluster, node, uuid, hour
+        """
+
+    @_cached("int_device_categories")
+    def gpu_hourly_heatmap(
+        self, viewer: Viewer, filters: Filters, node: tuple[str, str] | None = None
+    ) -> pl.DataFrame:
+        """Per GPU and UTC hour: allocated share (held GPU-seconds ÷ observed) and busy share (R10, R11); of
+        one (cluster, node) when `node` is given (the drill-down of a grouped heatmap)."""
+        where = self._heatmap_where(viewer, filters, node)
+        sql = f"""
+            select cluster, node, uuid, gpu_model, hour,
+                   held_seconds / observed_seconds as allocated, busy_seconds / observed_seconds as busy
+            from ({self._per_gpu_hour(where)})
+            order by node, uuid, hour
         """
         delta = self._config.scrape_interval_seconds
-        return self._frame(sql, [delta, delta, *where.params], ("int_device_categories",))
+        return self._frame(sql, [delta, *where.params], ("int_device_categories",))
 
+    @_cached("int_device_categories")
+    def grouped_hourly_heatmap(self, viewer: Viewer, filters: Filters, by: str) -> pl.DataFrame:
+        """Per group of GPUs (`by`, one of HEATMAP_GROUPS) and UTC hour: the GPUs observed, the allocated and
+        busy shares of the group (its held and busy GPU-seconds ÷ its observed ones, so a GPU weighs by the
+        time it was observed), and the observed GPU-hours."""
+        if by not in HEATMAP_GROUPS:  # a column name reaches SQL text: only the fixed ones
+            raise ValueError(f"unknown heatmap grouping {by!r}: one of {', '.join(HEATMAP_GROUPS)}")
+        where = self._heatmap_where(viewer, filters)
+        group = ", ".join(HEATMAP_GROUPS[by])
+        sql = f"""
+            select {group}, hour, count(*) as gpus,
+                   sum(held_seconds) / sum(observed_seconds) as allocated,
+                   sum(busy_seconds) / sum(observed_seconds) as busy,
+                   sum(observed_seconds) / 3600 as observed_gpu_hours
+            from ({self._per_gpu_hour(where)})
+            group by {group}, hour order by {group}, hour
+        """
+        delta = self._config.scrape_interval_seconds
+        return self._frame(sql, [delta, *where.params], ("int_device_categories",))
+
+    @_cached("stranded_capacity")
     def stranded_capacity(self, viewer: Viewer, filters: Filters) -> pl.DataFrame:
         """GPU-hours per node and R11 category; `is_stranded` for every category but allocated_active."""
         self._require_all(viewer, "stranded capacity")
@@ -383,6 +570,7 @@ class Views:
         """
         return self._frame(sql, where.params, ("stranded_capacity",))
 
+    @_cached("mig_slice_usage")
     def mig_layout(self, viewer: Viewer, filters: Filters) -> pl.DataFrame:
         """Per MIG GPU and instance: average compute slices (of 7) held-busy, held-idle, free and
         unpartitioned over the observed time (slice-seconds ÷ observed seconds)."""
@@ -433,6 +621,7 @@ class Views:
             where.add(f"list_contains(?::varchar[], {model_col})", list(filters.gpu_models))
         return where
 
+    @_cached("int_device_categories", "int_device_holders", "int_device_samples", "device_seconds")
     def idle_holders(self, viewer: Viewer, filters: Filters) -> pl.DataFrame:
         """Holders ranked by what their allocated-idle samples cost (R11 allocated_idle, charged per R9)."""
         where = self._where(
@@ -461,7 +650,7 @@ class Views:
                 and t.namespace = h.namespace and t.pod = h.pod
                 and t.day = cast(make_timestamp(c.ts_ms * 1000) as date)
             where c.category = 'allocated_idle' and {where.sql}
-            group by all order by idle_cost desc, t.tenant, h.namespace, h.pod
+            group by all order by idle_cost desc, t.tenant, h.namespace, h.pod, c.cluster, c.gpu_model, mig_profile
         """
         return self._frame(
             sql,
@@ -469,6 +658,7 @@ class Views:
             ("int_device_categories", "int_device_holders", "int_device_samples", "device_seconds"),
         )
 
+    @_cached("device_seconds")
     def whole_gpu_holders(self, viewer: Viewer, filters: Filters) -> pl.DataFrame:
         """Whole-GPU holders with their peaks, the input of MIG right-sizing (gpumeter/views/rightsizing.py)."""
         where = self._where(viewer, filters)
@@ -479,10 +669,20 @@ class Views:
                    max(peak_fb_used_mib) as peak_fb_used_mib, max(peak_busy) as peak_busy,
                    sum(reserved_cost) as reserved_cost
             from device_seconds where {where.sql} and mig_profile is null
-            group by all order by reserved_cost desc
+            group by all
+            order by reserved_cost desc, cluster, node, uuid, model_name, gpu_model, tenant, namespace, pod
         """
         return self._frame(sql, where.params, ("device_seconds",))
 
+    @_cached("device_seconds", "tenant_daily_cost")
+    def rightsizing_advice(self, viewer: Viewer, filters: Filters) -> list[Advice]:
+        """MIG right-sizing (gpumeter/views/rightsizing.py) of the whole-GPU holders in scope, at the rate
+        card's prices (the same for every viewer)."""
+        holders = holder_peaks(self.whole_gpu_holders(viewer, filters))
+        metered = len(self.metered_days(viewer, filters))
+        return advise(holders, self.config_for(viewer), metered, len(filters.period.days()))
+
+    @_cached("tenant_daily_cost")
     def metered_days(self, viewer: Viewer, filters: Filters) -> list[date]:
         where = self._where(
             viewer, filters, tenant_col=None if viewer.sees_all_tenants else "tenant", model_col=None
@@ -495,6 +695,7 @@ class Views:
         return [r[0] for r in rows]
 
     # --- data quality --------------------------------------------------------------------------
+    @_cached("data_quality")
     def data_quality(self, viewer: Viewer, filters: Filters) -> pl.DataFrame:
         """Per cluster and node: coverage (observed ÷ expected GPU-seconds, R4), unobserved GPU-hours,
         unmapped namespaces (R7), and every quarantine column the mart has (`*quarantin*`), summed."""
@@ -523,6 +724,7 @@ class Views:
         """
         return self._frame(sql, where.params, ("data_quality",))
 
+    @_cached("pool_daily_cost")
     def coverage_gaps(self, viewer: Viewer, filters: Filters) -> pl.DataFrame:
         """Days of the period up to the last metered one with no metered data, per cluster."""
         self._require_all(viewer, "coverage gaps")
@@ -549,6 +751,7 @@ class Views:
             schema={"cluster": pl.Utf8, "missing_day": pl.Date},
         )
 
+    @_cached("device_seconds")
     def unmapped_namespaces(self, viewer: Viewer, filters: Filters) -> pl.DataFrame:
         """Namespaces whose holders matched no tenant (R7): charged to __unallocated__."""
         self._require_all(viewer, "unmapped namespaces")
@@ -557,9 +760,187 @@ class Views:
             select cluster, namespace, count(distinct pod) as pods,
                    sum(device_seconds) / 3600 as device_hours, sum(reserved_cost) as amount
             from device_seconds where {where.sql} and tenant = ?
-            group by all order by amount desc
+            group by all order by amount desc, cluster, namespace
         """
         return self._frame(sql, [*where.params, UNALLOCATED], ("device_seconds",))
+
+    # --- today so far: provisional figures ------------------------------------------------------
+    # The day being metered, up to its last full hour (gpumeter.storage.provisional): read beside the final
+    # marts, every row marked `provisional` with the `through` it stands for. Never part of an invoice.
+    def _so_far(self, name: str, viewer: Viewer | None, filters: Filters, read: Callable[[], R]) -> R:
+        """A read of final and provisional figures, cached like the others and keyed also by every provisional
+        file of the mart: a new hour's figures, or the nightly run removing them, are read afresh."""
+        folder = provisional.zone(self.warehouse).table_dir(paths.MARTS, paths.TENANT_DAILY_COST)
+        version = (self._version(("tenant_daily_cost",), None), files_version([folder]))
+        key = (name, _key_part(viewer), filters, self._config_key, version)
+        return _handout(self._cache.get(key, read))
+
+    def _with_provisional(
+        self, filters: Filters, sql: Callable[[str], str], params: list[Any]
+    ) -> pa.Table | None:
+        """The result of `sql(source)`, where `source` is tenant_daily_cost's final rows and the period's
+        provisional ones, each marked `provisional`, with `through` (null on final rows); None when neither
+        is stored."""
+        rows = provisional.read_days(self.warehouse, paths.TENANT_DAILY_COST, filters.period.days())
+        parts = []
+        if "tenant_daily_cost" in self.tables:
+            parts.append(
+                "select *, false as provisional, null::timestamptz as through from tenant_daily_cost"
+            )
+        if rows is not None:
+            parts.append(
+                f"select * exclude ({THROUGH}), true as provisional, {THROUGH} as through "
+                "from provisional_tenant_daily_cost"
+            )
+            self.con.register("provisional_tenant_daily_cost", rows)
+        try:
+            if not parts:
+                return None
+            return self.con.sql(sql(" union all by name ".join(parts)), params=params).to_arrow_table()
+        finally:
+            if rows is not None:
+                self.con.unregister("provisional_tenant_daily_cost")
+
+    def provisional_days(self, viewer: Viewer, filters: Filters) -> list[ProvisionalDay]:
+        """The days of the period with provisional figures (under the cluster filter), each with the moment it
+        is metered up to: what the pages name ("through 14:00 UTC, provisional"). The same for every viewer:
+        it names no tenant."""
+        where = self._pool_where(filters)
+
+        def sql(source: str) -> str:
+            return (
+                f"select distinct day, through from ({source}) where provisional and {where.sql} order by all"
+            )
+
+        def read() -> list[ProvisionalDay]:
+            found = self._with_provisional(filters, sql, where.params)
+            return [] if found is None else [ProvisionalDay(**r) for r in found.to_pylist()]
+
+        return self._so_far("provisional_days", None, filters, read)
+
+    def provisional_periods(self) -> list[str]:
+        """The months with provisional figures, latest first (a month's first day has no final one yet)."""
+        found = provisional.days(self.warehouse, paths.TENANT_DAILY_COST)
+        return sorted({f"{day:%Y-%m}" for _, day in found}, reverse=True)
+
+    def daily_charges_so_far(self, viewer: Viewer, filters: Filters) -> pl.DataFrame:
+        """`daily_charges` with today's provisional figures: per day, tenant and `provisional` (true on the
+        rows of a day metered so far, with its `through`)."""
+        where = self._where(viewer, filters)
+
+        def sql(source: str) -> str:
+            return f"""
+                select day, tenant, provisional, max(through) as through, sum(amount) as amount,
+                       sum(gpu_seconds) / 3600 as gpu_hours, sum(busy_gpu_seconds) / 3600 as used_gpu_hours
+                from ({source}) where {where.sql}
+                group by day, tenant, provisional order by day, tenant, provisional
+            """
+
+        return self._so_far(
+            "daily_charges_so_far",
+            viewer,
+            filters,
+            lambda: _polars(self._with_provisional(filters, sql, where.params)),
+        )
+
+    def month_to_date(self, viewer: Viewer, filters: Filters) -> pl.DataFrame:
+        """`tenant_charges` up to now: per tenant, the complete days' amount, the provisional part of today so
+        far (`provisional_amount`, with its `through`) and their sum (`amount`); GPU-hours of both."""
+        where = self._where(viewer, filters)
+
+        def sql(source: str) -> str:
+            return f"""
+                select tenant, any_value(cost_center) as cost_center,
+                       sum(gpu_seconds) / 3600 as gpu_hours,
+                       sum(busy_gpu_seconds) / 3600 as used_gpu_hours,
+                       case when sum(gpu_seconds) > 0 then sum(busy_gpu_seconds) / sum(gpu_seconds) end
+                           as efficiency,
+                       coalesce(sum(amount) filter (where not provisional), 0) as complete_days_amount,
+                       coalesce(sum(amount) filter (where provisional), 0) as provisional_amount,
+                       sum(amount) as amount,
+                       max(through) as through
+                from ({source}) where {where.sql}
+                group by tenant
+                order by case tenant when '{UNALLOCATED}' then 1 when '{IDLE}' then 2 else 0 end, amount desc, tenant
+            """
+
+        return self._so_far(
+            "month_to_date",
+            viewer,
+            filters,
+            lambda: _polars(self._with_provisional(filters, sql, where.params)),
+        )
+
+    def budgets_so_far(self, viewer: Viewer, filters: Filters) -> list[BudgetStatus]:
+        """`budgets` with today's provisional figures counted (gpumeter/billing/budgets.py): their spend is
+        spent, and their day counts as the part of it they cover. Days count pool-wide, as in `budgets`."""
+        if not self.provisional_days(viewer, filters):
+            return self.budgets(viewer, filters)
+        scope, pool = self._where(viewer, filters), self._pool_where(filters, model_col="gpu_model")
+
+        def sql(source: str) -> str:
+            # The viewer's rows, and a zero-amount __idle__ row per metered day of the pool (final or
+            # provisional): a day counts for every tenant alike, whoever reads it.
+            return f"""
+                select day, tenant, cost_center, amount, provisional, through from ({source}) where {scope.sql}
+                union all
+                select distinct day, '{IDLE}', null::varchar, 0::decimal(38, 12), provisional, through
+                from ({source}) where {pool.sql}
+            """
+
+        def read() -> list[BudgetStatus]:
+            found = self._with_provisional(filters, sql, [*scope.params, *pool.params])
+            assert found is not None  # there are provisional days
+            marked = found.column("provisional")
+            table = found.select(_SO_FAR_SCHEMA.names).cast(_SO_FAR_SCHEMA)
+            statuses = budget_status(
+                table.filter(pc.invert(marked)).drop_columns([THROUGH]),
+                self.config_for(viewer),
+                filters.period,
+                provisional=table.filter(marked),
+            )
+            return [s for s in statuses if not filters.tenants or s.tenant in filters.tenants]
+
+        return self._so_far("budgets_so_far", viewer, filters, read)
+
+
+# Rows of final and provisional figures as budgets read them (gpumeter/billing/budgets.py).
+_SO_FAR_SCHEMA = pa.schema(
+    [
+        ("day", pa.date32()),
+        ("tenant", pa.string()),
+        ("cost_center", pa.string()),
+        ("amount", pa.decimal128(38, 12)),
+        (THROUGH, pa.timestamp("us", tz="UTC")),
+    ]
+)
+
+
+@dataclass(frozen=True)
+class ProvisionalDay:
+    """A day shown with provisional figures, and the moment (UTC) they are metered up to."""
+
+    day: date
+    through: datetime
+
+
+def provisional_label(days: list[ProvisionalDay]) -> str:
+    """How pages and the CLI name provisional figures: `through 14:00 UTC, provisional` (with the day when it
+    is not the only one: `16 November through 23:00 UTC, 17 November through 14:00 UTC, provisional`)."""
+    if not days:
+        return ""
+    if len(days) == 1:
+        return f"through {days[0].through.astimezone(UTC):%H:%M} UTC, provisional"
+    parts = [f"{d.day.day} {d.day:%B} through {d.through.astimezone(UTC):%H:%M} UTC" for d in days]
+    return ", ".join(parts) + ", provisional"
+
+
+def _polars(table: pa.Table | None) -> pl.DataFrame:
+    if table is None:
+        return pl.DataFrame()
+    frame = pl.from_arrow(table)
+    assert isinstance(frame, pl.DataFrame)
+    return frame
 
 
 def _epoch_ms(day: date) -> int:
@@ -599,11 +980,13 @@ __all__ = [
     "AccessDenied",
     "Filters",
     "Options",
+    "ProvisionalDay",
     "Viewer",
     "ViewerError",
     "Views",
     "config_for",
     "frame_csv",
     "local_viewer",
+    "provisional_label",
     "viewer_for_identity",
 ]
