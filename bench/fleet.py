@@ -15,6 +15,8 @@ time is measured by the child around the work only (interpreter start-up exclude
   prom_pull     (e) gpumeter's Prometheus pull of that day, staged part by part (gpumeter.billing.month.pull_raw_day)
   bare_http     the same HTTP requests as (e), replayed with urllib: bodies fetched, nothing parsed
   rollup        the monthly invoice roll-up (gpumeter.billing.month.roll_up_month)
+  dashboard     every page of the app through Streamlit's AppTest, one viewer (the slowest page)
+  dashboard_viewers  `--viewers` viewers at once through the real server (each viewer's slowest page)
 
 The machine is shared and noisy: ratios of steps measured side by side are the figures to read.
 """
@@ -34,7 +36,7 @@ import urllib.parse
 import urllib.request
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, date, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -313,39 +315,225 @@ def step_dashboard(ws: Workspace) -> Measure:
     return Measure("dashboard", ws.gpus, max(pages.values()), marts, extra={"pages": pages})
 
 
-def replicate_month(day_ws: Workspace, month_ws: Workspace) -> int:
+@contextmanager
+def dashboard_server(
+    ws: Workspace, log: Path, cache_mb: int | None = None, flags: tuple[str, ...] = ()
+) -> Iterator[str]:
+    """`streamlit run` of the app on 127.0.0.1 over the workspace (finance in local mode); yields its URL.
+    `cache_mb` sets the dashboard's read cache (0: off), None leaves the default; `flags` are more options
+    of `streamlit run`."""
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    env = {**os.environ, "GPUMETER_CONFIG": str(ws.config_path), "GPUMETER_DASHBOARD_VIEWER": "finance"}
+    if cache_mb is not None:
+        env["GPUMETER_DASHBOARD_CACHE_MB"] = str(cache_mb)
+    command = [str(Path(sys.executable).parent / "streamlit"), "run", str(DASHBOARD_APP),
+               "--server.address", "127.0.0.1", "--server.port", str(port), "--server.headless", "true",
+               "--browser.gatherUsageStats", "false", "--server.fileWatcherType", "none", *flags]  # fmt: skip
+    with open(log, "w") as out:
+        server = subprocess.Popen(command, env=env, stdout=out, stderr=subprocess.STDOUT, cwd=REPO)
+    try:
+        url = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                with urllib.request.urlopen(f"{url}/_stcore/health", timeout=1) as answer:
+                    if answer.status == 200:
+                        break
+            except OSError:
+                if server.poll() is not None or time.monotonic() > deadline:
+                    raise SystemExit(
+                        f"the dashboard server did not start: {log.read_text()[-2000:]}"
+                    ) from None
+                time.sleep(0.2)
+        yield url
+    finally:
+        dashboard_server.peak_rss_mib = _vm_hwm_mib(server.pid)  # type: ignore[attr-defined]
+        server.terminate()
+        try:
+            server.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait()
+
+
+class DashboardSession:
+    """One viewer of the real server: a browser's websocket session, speaking Streamlit's protocol (a rerun
+    request per page view, the page's messages until the script run has finished). A page view's time is
+    from the request to the end of its script run: the server's time, as a browser waits for it."""
+
+    def __init__(self, url: str):
+        from websockets.sync.client import connect
+
+        self._stack = ExitStack()
+        self.socket = self._stack.enter_context(
+            connect(
+                url.replace("http://", "ws://") + "/_stcore/stream",
+                subprotocols=["streamlit"],
+                max_size=None,
+                ping_interval=None,  # a busy server answers pings late: the page views are what is timed
+            )
+        )
+        self.pages: dict[str, str] = {}  # url path -> page script hash, from the navigation message
+
+    def view(self, page_hash: str = "") -> float:
+        from streamlit.proto.BackMsg_pb2 import BackMsg
+        from streamlit.proto.ForwardMsg_pb2 import ForwardMsg
+
+        request = BackMsg()
+        request.rerun_script.page_script_hash = page_hash
+        request.rerun_script.widget_states.SetInParent()
+        started = time.perf_counter()
+        self.socket.send(request.SerializeToString())
+        failures: list[str] = []
+        while True:
+            message = ForwardMsg()
+            message.ParseFromString(self.socket.recv(timeout=600))
+            kind = message.WhichOneof("type")
+            if kind == "navigation":
+                self.pages = {p.url_pathname: p.page_script_hash for p in message.navigation.app_pages}
+            elif kind == "delta" and message.delta.WhichOneof("type") == "new_element":
+                element = message.delta.new_element
+                if element.WhichOneof("type") == "exception":
+                    failures.append(element.exception.message)
+                elif element.WhichOneof("type") == "alert" and element.alert.format == element.alert.ERROR:
+                    failures.append(element.alert.body)
+            elif kind == "script_finished":
+                elapsed = time.perf_counter() - started
+                if failures or message.script_finished != ForwardMsg.FINISHED_SUCCESSFULLY:
+                    raise SystemExit(f"dashboard page {page_hash or '(default)'} failed: {failures}")
+                return elapsed
+
+    def close(self) -> None:
+        self._stack.close()
+
+
+def _viewers_at_once(url: str, pages: dict[str, str], viewers: int) -> list[dict[str, float]]:
+    """`viewers` sessions started together, each viewing every page once, viewer i starting at the i-th page
+    (so that different pages run at once, as they would): the seconds of each page view of each viewer."""
+    order = list(pages)
+    start = threading.Barrier(viewers)
+
+    def viewer(index: int) -> dict[str, float]:
+        session = DashboardSession(url)
+        try:
+            start.wait()
+            rotated = order[index % len(order) :] + order[: index % len(order)]
+            return {page: round(session.view(pages[page]), 3) for page in rotated}
+        finally:
+            session.close()
+
+    with ThreadPoolExecutor(viewers) as pool:
+        return list(pool.map(viewer, range(viewers)))
+
+
+# Streamlit runs a full garbage collection after every script run unless told not to: measured both ways.
+NO_POST_RUN_GC = ("--runner.postScriptGC", "false")
+
+
+def step_dashboard_viewers(ws: Workspace, viewers: int) -> Measure:
+    """Every page of the app viewed by `viewers` viewers at once through the real server (`streamlit run`,
+    one process, as deployed). wall_s is the slowest page view of any viewer, the server's cache cold at the
+    start; extra has each viewer's slowest page, and beside it, measured in the same run: one viewer alone
+    (cold), the same viewers again (cache warm), the same two passes with Streamlit's garbage collection
+    after every script run turned off (`gc_off`), and the viewers at once with the cache off. Each server is
+    started afresh and makes one page view (the default page) before the viewers come: its imports."""
+    logs = ws.root / "dashboard-logs"
+    logs.mkdir(exist_ok=True)
+
+    def warmed(url: str) -> dict[str, str]:
+        session = DashboardSession(url)
+        try:
+            session.view()
+            # The default page is served at "/" (url path ""): named by its page file, like the others.
+            return {(path or "charges").replace("-", "_"): key for path, key in session.pages.items()}
+        finally:
+            session.close()
+
+    results: dict[str, Any] = {"viewers": viewers}
+    with dashboard_server(ws, logs / "alone.log") as url:
+        pages = warmed(url)
+        results["alone"] = _viewers_at_once(url, pages, 1)[0]
+    passes: dict[str, list[dict[str, float]]] = {}
+    with dashboard_server(ws, logs / "cached.log") as url:
+        pages = warmed(url)
+        passes["cold"] = _viewers_at_once(url, pages, viewers)
+        passes["warm"] = _viewers_at_once(url, pages, viewers)
+    results["server_peak_rss_mib"] = round(dashboard_server.peak_rss_mib, 1)  # type: ignore[attr-defined]
+    with dashboard_server(ws, logs / "gc-off.log", flags=NO_POST_RUN_GC) as url:
+        pages = warmed(url)
+        passes["cold_gc_off"] = _viewers_at_once(url, pages, viewers)
+        passes["warm_gc_off"] = _viewers_at_once(url, pages, viewers)
+    with dashboard_server(ws, logs / "uncached.log", cache_mb=0) as url:
+        pages = warmed(url)
+        passes["uncached"] = _viewers_at_once(url, pages, viewers)
+    for name, runs in passes.items():
+        results[name] = runs
+        results[f"{name}_slowest_per_viewer"] = [max(run.values()) for run in runs]
+    marts = _rows(sorted((ws.warehouse / "marts").glob("*/cluster=*/day=*/data.parquet")))
+    return Measure(
+        "dashboard_viewers", ws.gpus, max(results["cold_slowest_per_viewer"]), marts, extra=results
+    )
+
+
+def replicate_month(day_ws: Workspace, month_ws: Workspace, clusters: int = 1) -> int:
     """A month of the fleet's marts for the dashboard and the roll-up at fleet size (not measured): the
     metered day's marts stored again for each day of the month, its dates and times moved by whole days.
     The marts have the size and shape of a metered month of that fleet (metering 30 days of 10,000 GPUs
-    would take hours here); their figures repeat one day's. Returns the mart rows written."""
+    would take hours here); their figures repeat one day's. With `clusters` > 1 the day is stored again as
+    that many clusters (`fleet-01`, ...; the month's config lists them): a fleet that many times the
+    metered one, where metering a day of it would not fit the machine's time. Returns the mart rows
+    written."""
     import pyarrow as pa
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
     write_config(month_ws)
+    names = [CLUSTER] if clusters == 1 else [f"{CLUSTER}-{k + 1:02d}" for k in range(clusters)]
+    if clusters > 1:
+        _config_clusters(month_ws.config_path, names)
     source = day_ws.warehouse / "marts"
     rows = 0
     for path in sorted(source.glob(f"*/cluster={CLUSTER}/day=*/data.parquet")):
-        table = pq.read_table(path, partitioning=None)
-        for offset in range(month_ws.days):
-            shift = timedelta(days=offset)
-            columns = []
-            for field_, column in zip(table.schema, table.columns, strict=True):
-                if pa.types.is_date(field_.type):
-                    column = pc.add(column.cast(pa.int32()), pa.scalar(offset, pa.int32())).cast(field_.type)
-                elif pa.types.is_timestamp(field_.type):
-                    column = pc.add(column, pa.scalar(shift).cast(pa.duration(field_.type.unit)))
-                elif pa.types.is_integer(field_.type) and field_.name.endswith("_ms"):
-                    column = pc.add(column, pa.scalar(int(shift.total_seconds() * 1000), field_.type))
-                columns.append(column)
-            day = day_ws.start + shift
-            target = month_ws.warehouse / "marts" / path.parts[-4] / f"cluster={CLUSTER}" / f"day={day}"
-            target.mkdir(parents=True, exist_ok=True)
-            pq.write_table(
-                pa.table(columns, schema=table.schema), target / "data.parquet", compression="zstd"
-            )
-            rows += table.num_rows
+        metered = pq.read_table(path, partitioning=None)
+        for name in names:
+            table = metered
+            if name != CLUSTER:
+                at = table.schema.get_field_index("cluster")
+                table = table.set_column(at, "cluster", pa.array([name] * table.num_rows, pa.string()))
+            for offset in range(month_ws.days):
+                shift = timedelta(days=offset)
+                columns = []
+                for field_, column in zip(table.schema, table.columns, strict=True):
+                    if pa.types.is_date(field_.type):
+                        column = pc.add(column.cast(pa.int32()), pa.scalar(offset, pa.int32())).cast(
+                            field_.type
+                        )
+                    elif pa.types.is_timestamp(field_.type):
+                        column = pc.add(column, pa.scalar(shift).cast(pa.duration(field_.type.unit)))
+                    elif pa.types.is_integer(field_.type) and field_.name.endswith("_ms"):
+                        column = pc.add(column, pa.scalar(int(shift.total_seconds() * 1000), field_.type))
+                    columns.append(column)
+                day = day_ws.start + shift
+                target = month_ws.warehouse / "marts" / path.parts[-4] / f"cluster={name}" / f"day={day}"
+                target.mkdir(parents=True, exist_ok=True)
+                pq.write_table(
+                    pa.table(columns, schema=table.schema), target / "data.parquet", compression="zstd"
+                )
+                rows += table.num_rows
     return rows
+
+
+def _config_clusters(config_path: Path, names: list[str]) -> None:
+    """The config's clusters renamed to `names` (each with the first cluster's source)."""
+    import yaml
+
+    doc = yaml.safe_load(config_path.read_text(encoding="utf-8"))
+    doc["clusters"] = [{**doc["clusters"][0], "name": name} for name in names]
+    config_path.write_text(yaml.safe_dump(doc, sort_keys=False), encoding="utf-8")
 
 
 # --- Prometheus (d), (e) ------------------------------------------------------------------------
@@ -604,14 +792,20 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         measure("meter", fleet, "--day", fleet.start.isoformat())
     if args.fleet_month_days:
         # The dashboard and the roll-up over a month of the fleet (marts of the metered day, re-dated).
-        fleet_month = Workspace(work / f"fleet-month-{args.gpus}", args.gpus, args.fleet_month_days)
+        month_gpus = args.gpus * args.fleet_month_clusters
+        fleet_month = Workspace(work / f"fleet-month-{month_gpus}", month_gpus, args.fleet_month_days)
         shutil.rmtree(fleet_month.warehouse, ignore_errors=True)
-        rows = replicate_month(fleet, fleet_month)
+        rows = replicate_month(fleet, fleet_month, args.fleet_month_clusters)
         say(
-            f"{args.gpus} GPUs x {args.fleet_month_days} days of marts: {rows:,} rows (the metered day re-dated)"
+            f"{month_gpus} GPUs x {args.fleet_month_days} days of marts: {rows:,} rows (the metered day re-dated"
+            + (f", stored as {args.fleet_month_clusters} clusters)" if args.fleet_month_clusters > 1 else ")")
         )
         for step in ("rollup", "dashboard"):
             measure(step, fleet_month).extra["replicated_month"] = True  # told apart in the report
+        if args.viewers:
+            measure("dashboard_viewers", fleet_month, "--viewers", str(args.viewers)).extra[
+                "replicated_month"
+            ] = True
     if args.pandas_gpus:
         small = (
             fleet
@@ -634,6 +828,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             measure("meter", month, "--day", day.isoformat())
         measure("rollup", month)
         measure("dashboard", month)
+        if args.viewers:
+            measure("dashboard_viewers", month, "--viewers", str(args.viewers))
     if args.prom_gpus:
         from gpumeter_sim.promserver import PrometheusServer, binaries_available
 
@@ -678,6 +874,7 @@ def child(args: argparse.Namespace) -> None:
         "pandas": lambda: step_pandas(ws, day),
         "rollup": lambda: step_rollup(ws),
         "dashboard": lambda: step_dashboard(ws),
+        "dashboard_viewers": lambda: step_dashboard_viewers(ws, args.viewers),
         "promql": lambda: step_promql(ws, args.url, day),
         "prom_pull": lambda: step_prom_pull(ws, args.url, day),
         "bare_http": lambda: step_bare_http(ws, args.url, Path(args.requests), 4),
@@ -708,7 +905,19 @@ def main(argv: list[str] | None = None) -> int:
         default=30,
         help="days of the fleet's metered marts, re-dated, under the dashboard and roll-up; 0 skips",
     )
+    r.add_argument(
+        "--fleet-month-clusters",
+        type=int,
+        default=1,
+        help="store the metered day as this many clusters in that month (a fleet this many times --gpus)",
+    )
     r.add_argument("--prom-gpus", type=int, default=200, help="fleet backfilled into Prometheus; 0 skips")
+    r.add_argument(
+        "--viewers",
+        type=int,
+        default=0,
+        help="concurrent dashboard viewers through the real server, after each `dashboard` step; 0 skips",
+    )
     r.add_argument("--repeat", type=int, default=1)
     r.add_argument(
         "--reuse", action="store_true", help="keep a workspace's generated raw files from an earlier run"
@@ -722,6 +931,7 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("--day")
     s.add_argument("--url")
     s.add_argument("--requests")
+    s.add_argument("--viewers", type=int, default=10)
     s.add_argument("--result", required=True)
     s.set_defaults(func=child)
     args = parser.parse_args(argv)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import statistics
 from typing import Any
 
 LABELS = {
@@ -15,6 +16,7 @@ LABELS = {
     "bare_http": "bare HTTP fetch of (e)'s requests",
     "rollup": "monthly invoice roll-up",
     "dashboard": "slowest dashboard page (samples: mart rows)",
+    "dashboard_viewers": "viewers at once: slowest page view, cache cold (samples: mart rows)",
 }
 
 
@@ -62,18 +64,20 @@ def ratios(report: dict[str, Any]) -> list[tuple[str, str, str]]:
     e, bare = _best(measures, "prom_pull", prom), _best(measures, "bare_http", prom)
     if e and bare:
         rows.append((f"e/bare HTTP at {prom:,} GPUs (wall)", f"{e['wall_s'] / bare['wall_s']:.2f}", "—"))
-    rollup = _best(measures, "rollup", gpus, replicated_month=True)
+    fleet_month = gpus * (args.get("fleet_month_clusters") or 1)  # the re-dated month may hold more clusters
+    rollup = _best(measures, "rollup", fleet_month, replicated_month=True)
     if rollup:
         rows.append(
-            (f"monthly roll-up, {rollup['extra'].get('days')} days of {gpus:,} GPUs (the metered day's marts, re-dated)",
+            (f"monthly roll-up, {rollup['extra'].get('days')} days of {fleet_month:,} GPUs (the metered day's marts, re-dated)",
              f"{rollup['wall_s']:.2f} s", "≤ 5 s")
         )  # fmt: skip
-    dashboard = _best(measures, "dashboard", gpus, replicated_month=True)
+    dashboard = _best(measures, "dashboard", fleet_month, replicated_month=True)
     if dashboard:
         rows.append(
-            (f"slowest dashboard page, {args.get('fleet_month_days')} days of {gpus:,} GPUs (re-dated marts)",
+            (f"slowest dashboard page, {args.get('fleet_month_days')} days of {fleet_month:,} GPUs (re-dated marts)",
              f"{dashboard['wall_s']:.2f} s", "≤ 2 s")
         )  # fmt: skip
+    rows.extend(viewer_rows(_best(measures, "dashboard_viewers", fleet_month, replicated_month=True)))
     month_gpus = args.get("month_gpus") or 0
     month = [m for m in measures if m["step"] == "meter" and m["fleet_gpus"] == month_gpus]
     month = [m for m in month if "day" in m["extra"]]
@@ -107,6 +111,31 @@ def ratios(report: dict[str, Any]) -> list[tuple[str, str, str]]:
             (f"slowest dashboard page, {len(days)} days of {month_gpus:,} GPUs", f"{dashboard['wall_s']:.2f} s",
              "≤ 2 s")
         )  # fmt: skip
+    rows.extend(viewer_rows(_best(measures, "dashboard_viewers", month_gpus)))
+    return rows
+
+
+def viewer_rows(viewers: dict[str, Any] | None) -> list[tuple[str, str, str]]:
+    """Each pass of `dashboard_viewers`: the median and the largest of each viewer's slowest page view."""
+    if not viewers:
+        return []
+    extra = viewers["extra"]
+    passes = {
+        "cold": "cache cold",
+        "warm": "cache warm",
+        "cold_gc_off": "cache cold, no post-run GC",
+        "warm_gc_off": "cache warm, no post-run GC",
+        "uncached": "cache off",
+    }
+    rows = []
+    for key, words in passes.items():
+        slowest = sorted(extra.get(f"{key}_slowest_per_viewer") or [])
+        if slowest:
+            median = statistics.median(slowest)
+            rows.append(
+                (f"{extra['viewers']} viewers at once, {words}: each viewer's slowest page, median / max",
+                 f"{median:.2f} / {slowest[-1]:.2f} s", "≤ 2 s")
+            )  # fmt: skip
     return rows
 
 
