@@ -7,6 +7,7 @@ Every measured step runs in its own child process, so that its peak RSS (the chi
 time is measured by the child around the work only (interpreter start-up excluded). Steps (bench/README.md):
 
   generate      simulator → raw zone of a warehouse, streamed by node groups (not a target)
+  kube_spans    the raw kube rows stored as spans, as the pull stores them (the pull's cost, not a target)
   meter         (a) gpumeter: one (cluster, day) from raw Parquet to marts (gpumeter.billing.month)
   single_pass   (b) one DuckDB GROUP BY over the same raw Parquet: held seconds per pod
   sample_floor  (b') one GROUP BY at the sample's grain first (each sample counted once, R1), then per pod
@@ -123,7 +124,15 @@ def _rows(files: list[Path]) -> int:
 
 
 def _day_samples(ws: Workspace, day: date) -> int:
-    return _rows(ws.raw_files("raw_dcgm_samples", day)) + _rows(ws.raw_files("raw_kube_samples", day))
+    """The day's raw samples: DCGM rows and kube samples (a kube file of spans stands for many)."""
+    import pyarrow.parquet as pq
+
+    from gpumeter.ingest.kube_spans import is_spans, span_samples
+
+    kube = ws.raw_files("raw_kube_samples", day)
+    spans = [f for f in kube if is_spans(pq.read_schema(f))]
+    rows = [f for f in kube if f not in spans]
+    return _rows(ws.raw_files("raw_dcgm_samples", day)) + _rows(rows) + span_samples(spans)
 
 
 # --- steps (run in a child process each) --------------------------------------------------------
@@ -141,6 +150,32 @@ def step_generate(ws: Workspace) -> Measure:
     )
     wall = time.perf_counter() - started
     return Measure("generate", ws.gpus, wall, sum(_day_samples(ws, d) for d in ws.day_list))
+
+
+def step_kube_spans(ws: Workspace) -> Measure:
+    """The raw kube rows the simulator wrote, stored as spans the way the pull stores them
+    (gpumeter.ingest.kube_spans; the pull's cost, not (a)'s). A day stored as spans already is left as it is."""
+    import pyarrow.parquet as pq
+
+    from gpumeter.config import load_config
+    from gpumeter.ingest.kube_spans import convert_files, is_spans
+
+    config = load_config(ws.config_path)
+    samples = spans = 0
+    started = time.perf_counter()
+    for day in ws.day_list:
+        files = ws.raw_files("raw_kube_samples", day)
+        if not files or any(is_spans(pq.read_schema(f)) for f in files):
+            continue
+        into = files[0].with_name("spans.parquet")
+        day_samples, day_spans = convert_files(
+            files, into, config.warehouse.memory_limit, ws.root / ".spans-tmp"
+        )
+        for f in files:
+            f.unlink()
+        samples, spans = samples + day_samples, spans + day_spans
+    wall = time.perf_counter() - started
+    return Measure("kube_spans", ws.gpus, wall, samples, extra={"spans": spans})
 
 
 def step_meter(ws: Workspace, day: date) -> Measure:
@@ -786,6 +821,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     # The fleet's day: (a) and (b) side by side, (c) where it fits (pandas holds the whole day in memory).
     fleet = Workspace(work / f"fleet-{args.gpus}", args.gpus, 1)
     measure("generate", fleet)
+    measure("kube_spans", fleet)  # the raw day as the pull stores it
     for _ in range(args.repeat):
         measure("single_pass", fleet, "--day", fleet.start.isoformat())
         measure("sample_floor", fleet, "--day", fleet.start.isoformat())
@@ -814,6 +850,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         )
         if small is not fleet:
             measure("generate", small)
+            measure("kube_spans", small)
         for _ in range(args.repeat):
             if small is not fleet:  # else (a) and (b) of this fleet were just measured
                 measure("single_pass", small, "--day", small.start.isoformat())
@@ -824,6 +861,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     if args.month_gpus:
         month = Workspace(work / f"month-{args.month_gpus}", args.month_gpus, args.month_days)
         measure("generate", month)
+        measure("kube_spans", month)
         for day in month.day_list:
             measure("meter", month, "--day", day.isoformat())
         measure("rollup", month)
@@ -868,6 +906,7 @@ def child(args: argparse.Namespace) -> None:
     day = date.fromisoformat(args.day) if args.day else ws.start
     steps: dict[str, Callable[[], Measure]] = {
         "generate": lambda: step_generate(ws),
+        "kube_spans": lambda: step_kube_spans(ws),
         "meter": lambda: step_meter(ws, day),
         "single_pass": lambda: step_single_pass(ws, day),
         "sample_floor": lambda: step_sample_floor(ws, day),

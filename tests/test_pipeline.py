@@ -84,7 +84,7 @@ def test_job_materializes_every_model_and_passes_checks(demo_dir: Path) -> None:
 def test_lineage_runs_raw_to_staging_to_marts(demo_dir: Path) -> None:
     graph = build_definitions(demo_dir / "config.yaml").resolve_asset_graph()
     parents = graph.get(AssetKey("mart_device_seconds")).parent_keys
-    assert AssetKey("int_device_holders") in parents
+    assert AssetKey("int_keyed_device_holders") in parents
     assert AssetKey("int_holder_tenants") in parents
     assert AssetKey("raw_dcgm_samples") in graph.get(AssetKey("stg_dcgm_samples")).parent_keys
     # An ephemeral model (a view inside the run) is no asset: its readers stand on what it reads.

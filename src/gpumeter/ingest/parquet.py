@@ -13,6 +13,7 @@ import pyarrow.parquet as pq
 
 from gpumeter.ingest.contract import RawDay, SourceError, concat_parts, day_bounds_ms
 from gpumeter.ingest.k8s_objects import K8sObjectError, read_snapshots
+from gpumeter.ingest.kube_spans import decode_spans, is_spans
 from gpumeter.ingest.schema import OPTIONAL_RAW_COLUMNS, RAW_TABLES
 from gpumeter.storage import paths
 
@@ -29,6 +30,9 @@ def _read_window(path: Path, table: str, start_ms: int | None, end_ms: int | Non
             f"{path}: not a readable Parquet file ({exc}); re-create it (gpumeter simulate, or re-export "
             "the day) or remove it"
         ) from None
+    if table == "raw_kube_samples" and is_spans(found):  # an earlier pull's kube samples, stored as spans
+        yield from _read_spans(path, start_ms, end_ms)
+        return
     optional = OPTIONAL_RAW_COLUMNS.get(table, frozenset())
     absent = [name for name in schema.names if name in optional and name not in found.names]
     missing = [name for name in schema.names if name not in found.names and name not in absent]
@@ -66,6 +70,18 @@ def _read_window(path: Path, table: str, start_ms: int | None, end_ms: int | Non
     except (pa.ArrowException, OSError) as exc:
         raise SourceError(
             f"{path}: cannot be read as the raw-samples schema ({table}): {exc}; re-create it or remove it"
+        ) from None
+
+
+def _read_spans(path: Path, start_ms: int | None, end_ms: int | None) -> Iterator[pa.Table]:
+    """The kube rows a file of spans stands for (gpumeter.ingest.kube_spans), with start_ms <= ts_ms < end_ms
+    when bounded. A span's samples are at its target's scrapes, which the file keeps: it is read whole."""
+    try:
+        spans = pq.read_table(path)
+        yield from decode_spans(spans, start_ms, end_ms)
+    except (pa.ArrowException, OSError) as exc:
+        raise SourceError(
+            f"{path}: cannot be read as kube spans ({exc}); re-pull the day or remove it"
         ) from None
 
 

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Callable, Iterable
 from datetime import date
 from pathlib import Path
 
 from gpumeter.config import Config, select_clusters
 from gpumeter.ingest.contract import K8sSnapshot, PartedRawSource, RawSource, lookback_ms
+from gpumeter.ingest.kube_spans import STORED_RAW_TABLES, KubeSpanStaging
 from gpumeter.ingest.schema import RAW_TABLES
 from gpumeter.storage import paths
 from gpumeter.storage.files import atomic_write_text
@@ -37,7 +39,7 @@ def pull_raw_day(
     names = select_clusters(config, clusters)
     counts: dict[str, int] = dict.fromkeys(RAW_TABLES, 0)
     sources = {name: source_for(name) for name in names}
-    staged: dict[str, StagedDay] = {}
+    staged: dict[str, StagedDay | KubeSpanStaging] = {}
     snapshots: dict[str, K8sSnapshot] = {}
     try:
         # Fetch every cluster before storing any: a source that fails leaves every stored day untouched.
@@ -48,7 +50,12 @@ def pull_raw_day(
                 parts = source.fetch_day_parts(name, day, lookback)
             else:
                 parts = iter([source.fetch_day(name, day, lookback)])
-            staged[name] = warehouse.stage_day(RAW, name, day, dict(RAW_TABLES))
+            # The kube samples are stored as spans (gpumeter.ingest.kube_spans), made once the day is in.
+            staged[name] = KubeSpanStaging(
+                warehouse.stage_day(RAW, name, day, STORED_RAW_TABLES),
+                warehouse.scratch_dir(f"kube-spans-{name}-{day.isoformat()}-{os.getpid()}"),
+                config.warehouse.memory_limit,
+            )
             for part in parts:
                 for table, rows in part.tables().items():
                     if rows.num_rows:

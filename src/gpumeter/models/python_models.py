@@ -83,7 +83,7 @@ def _holder_tenants(con: duckdb.DuckDBPyConnection, config: Config) -> pa.Table:
     one row for all time."""
     holders = con.sql(
         "select h.namespace, h.pod, l.labels_json, l.from_ms, l.until_ms "
-        "from (select distinct namespace, pod from int_device_holders) as h "
+        "from (select distinct namespace, pod from int_holders) as h "
         "left join int_pod_label_periods as l on l.namespace = h.namespace and l.pod = h.pod order by all"
     ).fetchall()
     rows: dict[str, list[object]] = {

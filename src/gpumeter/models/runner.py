@@ -17,7 +17,8 @@ import pyarrow as pa
 
 from gpumeter.config import Config
 from gpumeter.ingest.contract import RawDay, RawFiles, day_bounds_ms, lookback_ms
-from gpumeter.ingest.schema import OPTIONAL_RAW_COLUMNS, RAW_TABLES
+from gpumeter.ingest.kube_spans import create_spans
+from gpumeter.ingest.schema import OPTIONAL_RAW_COLUMNS, RAW_KUBE_SPANS_SCHEMA, RAW_TABLES
 from gpumeter.models.money import MONEY_UNITS_BASE, WEIGHT_SCALE, price_units
 from gpumeter.models.project import (
     LAYERS,
@@ -101,7 +102,7 @@ def meter_day(
         con = duckdb.connect(str(database))
     else:
         con = duckdb.connect()
-    models = load_models()
+    models = _needed(load_models(), keep_layers)
     last_use = _last_use(models)
     views = {m.name for m in models if m.ephemeral}
     try:
@@ -161,6 +162,22 @@ def meter_day(
         con.close()
 
 
+def _needed(models: Sequence[Model], keep_layers: Collection[str]) -> list[Model]:
+    """The models the run must build, in order: those it keeps and everything they and their assertions read.
+    A model nothing kept reads (a per-sample table with names, for audits) is skipped when its layer is not
+    kept."""
+    by_name = {m.name: m for m in models}
+    pending = [m.name for m in models if m.layer in keep_layers and not m.ephemeral]
+    needed: set[str] = set()
+    while pending:
+        name = pending.pop()
+        if name in needed or name not in by_name:
+            continue
+        needed.add(name)
+        pending.extend(reads(by_name[name], models))
+    return [m for m in models if m.name in needed]
+
+
 def _last_use(models: Sequence[Model]) -> dict[str, list[str]]:
     """{model: the models whose last reader it is}: after it (and its assertions) ran, they can be dropped. A
     view (an ephemeral model) reads its own dependencies whenever it is read, so they live as long as its
@@ -177,18 +194,21 @@ def _last_use(models: Sequence[Model]) -> dict[str, list[str]]:
 
 
 def _load_raw(con: duckdb.DuckDBPyConnection, raw: RawDay | RawFiles) -> None:
-    """Raw tables under their model names: Arrow tables are copied in, stored files are read in place."""
+    """Raw tables under their model names: Arrow tables are copied in, stored files are read in place. The
+    kube table is read as spans (gpumeter.ingest.kube_spans), however it came."""
     if isinstance(raw, RawDay):
         for name, table in raw.tables().items():
             con.register(f"{name}__arrow", _conform(table, name))
-            con.execute(f"create temp table {name} as select * from {name}__arrow")
+            con.execute(f"create temp table {_loaded(name)} as select * from {name}__arrow")
             con.unregister(f"{name}__arrow")
+        _kube_spans(con, [])
         return
+    span_files = _span_files(con, duckdb_paths(con, raw.files.get(KUBE, ())))
     for name, schema in RAW_TABLES.items():
-        paths = duckdb_paths(con, raw.files.get(name, ()))
+        paths = [p for p in duckdb_paths(con, raw.files.get(name, ())) if p not in span_files]
         if not paths:
             con.register(f"{name}__arrow", schema.empty_table())
-            con.execute(f"create temp table {name} as select * from {name}__arrow")
+            con.execute(f"create temp table {_loaded(name)} as select * from {name}__arrow")
             con.unregister(f"{name}__arrow")
             continue
         files = ", ".join("'" + p.replace("'", "''") + "'" for p in paths)  # a view takes no parameters
@@ -205,15 +225,66 @@ def _load_raw(con: duckdb.DuckDBPyConnection, raw: RawDay | RawFiles) -> None:
         )
         try:
             con.execute(
-                f"create temp view {name} as select {columns} from read_parquet([{files}], "
+                f"create temp view {_loaded(name)} as select {columns} from read_parquet([{files}], "
                 "hive_partitioning = false, union_by_name = true)"
             )
-            con.execute(f"select * from {name} limit 0")
+            con.execute(f"select * from {_loaded(name)} limit 0")
         except duckdb.Error as exc:
             raise AccountingError(
                 f"raw files of {name} ({paths[0]}{' and others' if len(paths) > 1 else ''}) do not match the "
                 f"raw-samples schema: {exc}; re-pull the day"
             ) from exc
+    _kube_spans(con, span_files)
+
+
+KUBE = "raw_kube_samples"
+_KUBE_ROWS = "raw_kube_rows"
+
+
+def _loaded(name: str) -> str:
+    """The session name a raw table's rows are loaded under: the kube rows become spans (_kube_spans)."""
+    return _KUBE_ROWS if name == KUBE else name
+
+
+def _span_files(con: duckdb.DuckDBPyConnection, paths: Sequence[str]) -> list[str]:
+    """The stored kube files in span form (the pull's); the others hold rows (days stored before spans)."""
+    if not paths:
+        return []
+    files = ", ".join("'" + p.replace("'", "''") + "'" for p in paths)
+    found = con.execute(
+        f"select distinct file_name from parquet_schema([{files}]) where name = 'last_ms'"  # noqa: S608 - quoted
+    ).fetchall()
+    spans = {row[0] for row in found}
+    return [p for p in paths if p in spans]
+
+
+def _kube_spans(con: duckdb.DuckDBPyConnection, span_files: Sequence[str]) -> None:
+    """`raw_kube_samples` as spans: the stored ones, and those of the kube rows (an Arrow day, a day stored as
+    rows) made here, exactly as the pull makes them."""
+    create_spans(con, _KUBE_ROWS, "raw_kube_made_spans")
+    con.execute(f"drop {'view' if _is_view(con, _KUBE_ROWS) else 'table'} {_KUBE_ROWS}")
+    stored = "raw_kube_made_spans"
+    if span_files:
+        files = ", ".join("'" + p.replace("'", "''") + "'" for p in span_files)
+        columns = ", ".join(f'"{c}"' for c in RAW_KUBE_SPANS_SCHEMA.names)
+        stored = (
+            f"(select * from raw_kube_made_spans union all select {columns} from read_parquet([{files}], "
+            "hive_partitioning = false, union_by_name = true))"
+        )
+    try:
+        con.execute(f"create temp table {KUBE} as select * from {stored}")  # noqa: S608 - quoted paths
+    except duckdb.Error as exc:
+        raise AccountingError(
+            f"raw files of {KUBE} ({span_files[0]}) do not match the raw-samples schema: {exc}; re-pull the day"
+        ) from exc
+    con.execute("drop table raw_kube_made_spans")
+
+
+def _is_view(con: duckdb.DuckDBPyConnection, name: str) -> bool:
+    found = con.execute(
+        "select count(*) from duckdb_views() where view_name = ? and temporary", [name]
+    ).fetchall()
+    return bool(found[0][0])
 
 
 _IDENTIFIER = re.compile(r"[a-z][a-z0-9_]*")

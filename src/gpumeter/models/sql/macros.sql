@@ -51,6 +51,17 @@ create or replace macro energy_priced() as getvariable('energy_price_per_kwh') i
 create or replace macro share_units(share_numerator, share_denominator, share_lcm) as
     share_numerator * (share_lcm // share_denominator);
 
+-- R11: the capacity category of a device sample: unhealthy first (held or free), then held (a held device with
+-- no utilization reading shows no evidence of work: idle), then free.
+create or replace macro capacity_category(unhealthy, is_held, busy, unschedulable) as
+    case
+        when unhealthy then 'unhealthy'
+        when is_held and coalesce(busy, 0) >= getvariable('idle_threshold') then 'allocated_active'
+        when is_held then 'allocated_idle'
+        when unschedulable then 'unschedulable'
+        else 'unallocated'
+    end;
+
 -- R1a: the scrape target of a kube sample. A source that does not name it (`target` null) leaves it to the
 -- exporter the metric comes from, named by the metric's namespace (kube, kueue, node for OpenCost).
 create or replace macro scrape_target(target, metric) as coalesce(target, split_part(metric, '_', 1));

@@ -1,29 +1,36 @@
 -- One row per observed device sample: its R11 category (unhealthy, allocated_active, allocated_idle,
--- unschedulable or unallocated) and its GPU-equivalent seconds.
-with held as (
-    select distinct device_id, ts_ms from int_device_holders
+-- unschedulable or unallocated) and its GPU-equivalent seconds, with names, for audits and the dashboard
+-- (stored under warehouse.persist_models: all; the marts compute the category from the keyed models).
+with devices as (
+    -- A device sample (R3): a GPU's where it is not MIG-partitioned, else a MIG instance's.
+    select device_key, ts_ms, node_key, model_key, null::integer as profile_key, busy, unhealthy, unschedulable, labelled
+    from int_gpu_samples
+    where not is_mig
+    union all
+    select device_key, ts_ms, node_key, model_key, profile_key, busy, unhealthy, unschedulable, labelled
+    from int_mig_instance_samples
+),
+claimed as (
+    select distinct device_key, ts_ms from int_keyed_device_holders where holder_source = 'dra'
 )
 select
-    d.cluster,
-    d.ts_ms,
-    d.node,
-    d.uuid,
-    d.gpu_i_id,
-    d.device_id,
-    d.gpu_model,
-    d.mig_profile,
-    d.compute_slices,
-    d.weight,
-    d.busy,
-    h.device_id is not null as is_held,
-    case
-        when d.unhealthy then 'unhealthy'
-        -- A held device with no utilization series shows no evidence of work: idle (docs/accounting.md).
-        when h.device_id is not null and coalesce(d.busy, 0) >= getvariable('idle_threshold') then 'allocated_active'
-        when h.device_id is not null then 'allocated_idle'
-        when d.unschedulable then 'unschedulable'
-        else 'unallocated'
-    end as category,
-    sample_seconds(d.weight) as gpu_seconds
-from int_device_samples as d
-left join held as h on h.device_id = d.device_id and h.ts_ms = d.ts_ms
+    v.cluster,
+    k.ts_ms,
+    n.node,
+    v.uuid,
+    v.gpu_i_id,
+    v.device_id,
+    c.gpu_model,
+    c.mig_profile,
+    c.compute_slices,
+    c.weight,
+    k.busy,
+    k.labelled or h.device_key is not null as is_held,
+    capacity_category(k.unhealthy, k.labelled or h.device_key is not null, k.busy, k.unschedulable) as category,
+    sample_seconds(c.weight) as gpu_seconds
+from devices as k
+join (select distinct device_key, cluster, device_id, uuid, gpu_i_id from stg_dcgm_series) as v
+    on v.device_key = k.device_key
+join int_keyed_device_classes as c on c.model_key = k.model_key and c.profile_key is not distinct from k.profile_key
+left join (select distinct node_key, node from stg_dcgm_series) as n on n.node_key = k.node_key
+left join claimed as h on h.device_key = k.device_key and h.ts_ms = k.ts_ms

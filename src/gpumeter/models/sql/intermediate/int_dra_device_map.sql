@@ -1,12 +1,27 @@
 -- One row per pod-less DCGM device × ResourceSlice device × span of validity (R5): which slice device each
 -- device is, and when (null bounds: unbounded).
-with whole_gpus as (
-    select d.device_id, s.driver, s.pool, s.device, s.valid_from_ms, s.valid_until_ms
-    from (select distinct device_id, uuid from int_device_samples where gpu_i_id is null) as d
+with devices as (
+    select distinct device_key, device_id, gpu_key, uuid, gpu_i_id from stg_dcgm_series
+),
+whole_gpus as (
+    select d.device_key, d.device_id, s.driver, s.pool, s.device, s.valid_from_ms, s.valid_until_ms
+    from (
+        -- The GPUs that are a whole device at some sample.
+        select distinct device_key from int_gpu_samples
+        where not is_mig
+          and gpu_key in (select d.gpu_key from devices as d join stg_dra_devices as s on s.gpu_uuid = d.uuid)
+    ) as k
+    join devices as d on d.device_key = k.device_key
     join stg_dra_devices as s on s.gpu_uuid = d.uuid and s.device_type <> 'mig'
 ),
 mig_slices as (
     select * from stg_dra_devices where device_type = 'mig' and gpu_uuid is not null and mig_profile is not null
+),
+mig_slice_keys as (
+    -- The (GPU, profile) of each MIG slice device as the series' keys, to find their instances' samples.
+    select distinct d.gpu_key, d.profile_key, s.gpu_uuid, s.mig_profile
+    from mig_slices as s
+    join stg_dcgm_series as d on d.uuid = s.gpu_uuid and d.mig_profile = s.mig_profile
 ),
 bounds as (
     select gpu_uuid, mig_profile, valid_from_ms as at_ms from mig_slices where valid_from_ms is not null
@@ -61,21 +76,22 @@ instance_ranks as (
             partition by uuid, mig_profile, from_key order by try_cast(gpu_i_id as integer), gpu_i_id
         ) as rank_in_profile
     from (
-        select distinct d.uuid, d.mig_profile, d.gpu_i_id, d.device_id, p.from_key
+        select distinct d.uuid, d.mig_profile, d.gpu_i_id, d.device_key, d.device_id, p.from_key
         from (
-            select d.ts_ms, d.uuid, d.mig_profile, d.gpu_i_id, d.device_id
-            from int_device_samples as d
-            semi join mig_slices as m on m.gpu_uuid = d.uuid and m.mig_profile = d.mig_profile
-            where d.gpu_i_id is not null
+            select k.ts_ms, m.gpu_uuid as uuid, m.mig_profile, v.gpu_i_id, v.device_key, v.device_id
+            from int_mig_instance_samples as k
+            join mig_slice_keys as m on m.gpu_key = k.gpu_key and m.profile_key = k.profile_key
+            join devices as v on v.device_key = k.device_key
         ) as d
         asof join keyed_pieces as p
             on p.gpu_uuid = d.uuid and p.mig_profile = d.mig_profile and d.ts_ms >= p.from_key
     )
 )
-select device_id, driver, pool, device, valid_from_ms, valid_until_ms
+select device_key, device_id, driver, pool, device, valid_from_ms, valid_until_ms
 from whole_gpus
 union all
-select i.device_id, s.driver, s.pool, s.device, s.from_ms as valid_from_ms, s.until_ms as valid_until_ms
+select
+    i.device_key, i.device_id, s.driver, s.pool, s.device, s.from_ms as valid_from_ms, s.until_ms as valid_until_ms
 from instance_ranks as i
 join slice_ranks as s
     on s.gpu_uuid = i.uuid

@@ -1,67 +1,76 @@
 -- One row per observed GPU sample of the day (R4): the GPU's mode at that sample (R3), its health, price (R8),
--- energy (R10) and own frame-buffer reading.
+-- energy (R10) and own frame-buffer reading; and, where it is not MIG-partitioned, the GPU as the device it
+-- then is (R1, R5, R10, R11). Grouped and ordered by the GPU's integer key; its names are joined once per row.
 with gpu_readings as (
     select
-        d.cluster,
+        d.gpu_key,
         s.ts_ms,
-        s.in_day,
-        min(d.node) as node,
-        d.uuid,
-        min(d.model_name) as model_name,
+        min(d.node_key) as node_key,
+        min(d.model_key) as model_key,
         coalesce(max(s.xid_error), 0) <> 0 as unhealthy,
         -- Energy is a GPU-level counter: vgpu copies repeat it, MIG instances may lack it.
-        max(s.energy_mj) filter (where d.gpu_i_id is null) as energy_mj
-    from stg_dcgm_samples as s
-    join stg_dcgm_series as d on d.series_key = s.series_key
-    group by d.cluster, s.ts_ms, s.in_day, d.uuid
-),
-mig_readings as (
-    -- Only a GPU that ever shows a MIG instance can change mode (the others are whole at every sample), and
-    -- only its instances can need its frame buffer: what decides the mode is read for those GPUs alone.
-    select
-        d.uuid,
-        s.ts_ms,
+        max(s.energy_mj) filter (where d.gpu_i_id is null) as energy_mj,
+        any_value(d.gpu_shows_instances) as gpu_shows_instances,
+        -- What decides the mode (read for GPUs that ever show a MIG instance only, below).
         bool_or(d.gpu_i_id is not null) as shows_instances,
         bool_or(d.gpu_i_id is null and (s.gpu_util_pct is not null or d.pod is not null)) as shows_whole,
-        max(s.fb_used_mib) filter (where d.gpu_i_id is null) as gpu_fb_used_mib
+        max(s.fb_used_mib) filter (where d.gpu_i_id is null) as gpu_fb_used_mib,
+        -- The GPU as a device: at a sample where it is not MIG-partitioned every series of it is its own, so
+        -- these are its device sample's (vgpu copies collapse: the largest value, R6), and its holders are
+        -- the pods its series name (R5): the one, where there is one.
+        max(s.gr_engine_active) as gr_engine_active,
+        max(s.gpu_util_pct) as gpu_util_pct,
+        min(d.holder_key) as first_holder,
+        max(d.holder_key) as last_holder
     from stg_dcgm_samples as s
     join stg_dcgm_series as d on d.series_key = s.series_key
-    where d.uuid in (select uuid from stg_dcgm_series where gpu_i_id is not null)
-    group by d.uuid, s.ts_ms
+    group by d.gpu_key, s.ts_ms
+),
+stepped as (
+    select
+        *,
+        energy_mj - lag(energy_mj ignore nulls) over by_time as energy_step_mj,
+        lag(ts_ms) over by_time as prev_ts_ms
+    from gpu_readings
+    window by_time as (partition by gpu_key order by ts_ms)
 ),
 runs as (
-    -- A gap of more than two scrapes (a GPU reset) ends an observed run; a run starts whole.
+    -- Only a GPU that ever shows a MIG instance can change mode (the others are whole at every sample), and
+    -- only its instances can need its frame buffer. A gap of more than two scrapes (a GPU reset) ends an
+    -- observed run; a run starts whole.
     select
         *,
         sum(case when ts_ms - prev_ts_ms <= 2 * getvariable('scrape_s') * 1000 then 0 else 1 end)
-            over (partition by uuid order by ts_ms) as observed_run
-    from (select *, lag(ts_ms) over (partition by uuid order by ts_ms) as prev_ts_ms from mig_readings)
-),
-modes as (
-    -- MIG when a series of the GPU carries a GPU instance id, whole when its GPU-level series shows what only a
-    -- whole GPU shows (GPU_UTIL, a pod); otherwise the mode its last such sample showed in the run.
-    select
-        uuid,
-        ts_ms,
-        gpu_fb_used_mib,
-        coalesce(
-            last_value(
-                case when shows_instances then true when shows_whole then false end ignore nulls
-            ) over (partition by uuid, observed_run order by ts_ms rows between unbounded preceding and current row),
-            false
-        ) as is_mig
-    from runs
+            over (partition by gpu_key order by ts_ms) as observed_run
+    from stepped
+    where gpu_shows_instances
 ),
 gpu_samples as (
-    select g.*, coalesce(m.is_mig, false) as is_mig, m.gpu_fb_used_mib
-    from gpu_readings as g
-    left join modes as m on m.uuid = g.uuid and m.ts_ms = g.ts_ms
-),
-energy_deltas as (
     select
-        *,
-        energy_mj - lag(energy_mj ignore nulls) over (partition by uuid order by ts_ms) as energy_step_mj
-    from gpu_samples
+        * exclude (gpu_fb_used_mib),
+        gpu_fb_used_mib as device_fb_mib,
+        null::double as gpu_fb_used_mib,
+        false as is_mig
+    from stepped
+    where not gpu_shows_instances and within_day(ts_ms)
+    union all by name
+    -- MIG when a series of the GPU carries a GPU instance id, whole when its GPU-level series shows what only a
+    -- whole GPU shows (GPU_UTIL, a pod); otherwise the mode its last such sample showed in the run.
+    select * from (
+        select
+            * exclude (observed_run),
+            gpu_fb_used_mib as device_fb_mib,
+            coalesce(
+                last_value(
+                    case when shows_instances then true when shows_whole then false end ignore nulls
+                ) over (
+                    partition by gpu_key, observed_run order by ts_ms rows between unbounded preceding and current row
+                ),
+                false
+            ) as is_mig
+        from runs
+    )
+    where within_day(ts_ms)
 ),
 priced as (
     -- R8: the rate card's price of the GPU model, or under price_source: opencost the node's latest
@@ -69,30 +78,57 @@ priced as (
     -- change during the day is time-weighted. A null price stops the run (assert_gpu_samples_are_priced).
     select
         e.*,
+        n.node,
+        c.model_name,
+        c.weight,
+        c.device_price_units,
         coalesce(c.gpu_price_per_hour, p.gpu_price_per_hour) as gpu_price_per_hour,
         -- The same price in 1e-8 of the currency (R12: exact money, gpumeter.models.money.price_units).
-        coalesce(c.gpu_price_units, round(p.gpu_price_per_hour * 100000000)::bigint) as gpu_price_units
-    from energy_deltas as e
-    join int_device_classes as c on c.model_name = e.model_name and c.mig_profile is null
+        coalesce(c.gpu_price_units, round(p.gpu_price_per_hour * 100000000)::bigint) as gpu_price_units,
+        u.node_key is not null as unschedulable
+    from gpu_samples as e
+    join int_keyed_device_classes as c on c.model_key = e.model_key and c.profile_key is null
+    left join (select distinct node_key, node from stg_dcgm_series) as n on n.node_key = e.node_key
     -- Spans are disjoint per node: a sample meets at most one.
     left join int_node_gpu_price_spans as p
-        on p.node = e.node and e.ts_ms >= p.from_ms and e.ts_ms < p.until_ms
+        on p.node = n.node and e.ts_ms >= p.from_ms and e.ts_ms < p.until_ms
+    -- R11: the node cannot take another GPU pod at the sample (spans disjoint per node).
+    left join (
+        select k.node_key, u.from_ms, u.until_ms
+        from int_node_unschedulable_spans as u
+        join (select distinct node_key, node from stg_dcgm_series) as k on k.node = u.node
+    ) as u on u.node_key = e.node_key and e.ts_ms >= u.from_ms and e.ts_ms < u.until_ms
 )
 select
-    cluster,
-    ts_ms,
-    node,
-    uuid,
-    model_name,
-    is_mig,
-    unhealthy,
-    gpu_price_per_hour,
-    gpu_price_units,
-    gpu_fb_used_mib,
+    g.cluster,
+    p.ts_ms,
+    p.node,
+    g.uuid,
+    p.model_name,
+    p.is_mig,
+    p.unhealthy,
+    p.gpu_price_per_hour,
+    p.gpu_price_units,
+    p.gpu_fb_used_mib,
     -- A counter that went down was reset (driver reload): the new value is what accrued since (R10).
-    energy_step_mj / 1000.0 as energy_joules,
+    p.energy_step_mj / 1000.0 as energy_joules,
     -- Whole mJ (the counter's unit), so that energy money is exact (R12).
-    round(energy_step_mj)::bigint as energy_mj
+    round(p.energy_step_mj)::bigint as energy_mj,
+    p.gpu_key,
+    p.node_key,
+    p.model_key,
+    -- The GPU as a whole device (R3), for the samples where it is not MIG-partitioned.
+    w.device_key,
+    p.weight,
+    -- R8: a whole GPU's device price is the GPU's (its class's own, where the rate card gives one).
+    coalesce(p.device_price_units, p.gpu_price_units) as price_units,
+    -- R10: GR_ENGINE_ACTIVE where present, else GPU_UTIL / 100; clamped to [0, 1].
+    least(greatest(coalesce(p.gr_engine_active, p.gpu_util_pct / 100.0), 0.0), 1.0) as busy,
+    p.device_fb_mib as fb_used_mib,
+    p.unschedulable,
+    p.first_holder is not null as labelled,
+    -- The only pod its series name at the sample; null where none or several do (int_keyed_device_holders).
+    case when p.first_holder = p.last_holder then p.first_holder end as holder_key
 from (
     select
         * exclude (energy_step_mj),
@@ -103,5 +139,7 @@ from (
             else energy_mj
         end as energy_step_mj
     from priced
-)
-where in_day
+) as p
+join (select distinct gpu_key, cluster, uuid from stg_dcgm_series) as g on g.gpu_key = p.gpu_key
+left join (select gpu_key, device_key from stg_dcgm_series where gpu_i_id is null group by all) as w
+    on w.gpu_key = p.gpu_key

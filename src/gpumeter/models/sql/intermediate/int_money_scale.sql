@@ -6,5 +6,5 @@ select
 from (
     select list_reduce([1::bigint] || coalesce(list(distinct share_denominator), []), lambda a, b: lcm(a, b))
         as share_lcm
-    from int_device_holders
+    from int_keyed_device_holders
 )

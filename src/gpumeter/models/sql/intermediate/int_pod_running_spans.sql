@@ -1,21 +1,24 @@
 -- One row per pod (by uid) × span of time in which it is Running (R5, R1a).
-with ranked as (
+with ordered as (
+    -- A pod shown by two targets is Running while either shows it: their runs that overlap are one span.
     select
-        hash(namespace, pod, pod_uid) as pod_key,
-        namespace,
-        pod,
-        pod_uid,
-        ts_ms,
-        until_ms,
-        scrape_index - dense_rank() over (partition by hash(namespace, pod, pod_uid) order by ts_ms) as span
+        *,
+        max(until_ms) over (
+            partition by namespace, pod, pod_uid order by from_ms, until_ms rows between unbounded preceding and 1 preceding
+        ) as reached
     from stg_kube_pod_phases
-    where running
 )
 select
-    any_value(namespace) as namespace,
-    any_value(pod) as pod,
-    any_value(pod_uid) as pod_uid,
-    min(ts_ms) as from_ms,
+    namespace,
+    pod,
+    pod_uid,
+    min(from_ms) as from_ms,
     max(until_ms) as until_ms
-from ranked
-group by pod_key, span
+from (
+    select
+        *,
+        sum(case when from_ms < reached then 0 else 1 end)
+            over (partition by namespace, pod, pod_uid order by from_ms, until_ms) as span
+    from ordered
+)
+group by namespace, pod, pod_uid, span

@@ -1,11 +1,18 @@
 -- One row per node of the day (null: rows without a Hostname label): coverage, observed against expected
 -- GPU-seconds (R4), the over-booking figures the asset checks read, and the raw samples stg_dcgm_quarantine
 -- set aside with the GPU-seconds at stake.
-with observed as (
-    select cluster, node, count(*) * getvariable('scrape_s') as observed_gpu_seconds,
-           count(distinct uuid) as observed_gpus
-    from int_gpu_samples
-    group by all
+with node_names as (
+    select distinct node_key, node from stg_dcgm_series
+),
+observed as (
+    select n.node, o.observed_gpu_seconds, o.observed_gpus
+    from (
+        select node_key, count(*) * getvariable('scrape_s') as observed_gpu_seconds,
+               count(distinct gpu_key) as observed_gpus
+        from int_gpu_samples
+        group by node_key
+    ) as o
+    left join node_names as n on n.node_key = o.node_key
 ),
 expected as (
     -- Each kube-state-metrics sample stands until the exporter's next scrape (R1a: a node gone from it stops
@@ -15,52 +22,71 @@ expected as (
     select
         cluster,
         node,
-        sum(
-            expected_gpus * greatest(
-                least(
-                    ts_ms + least(coalesce(next_scrape_ms - ts_ms, getvariable('scrape_s') * 1000), getvariable('lookback_ms')),
-                    getvariable('day_end_ms')
-                ) - greatest(ts_ms, getvariable('day_start_ms')),
-                0
-            )
-        ) / 1000.0 as expected_gpu_seconds,
+        -- counted_ms: the time the run's samples stand for within the day (stg_kube_node_states).
+        sum(expected_gpus * counted_ms) / 1000.0 as expected_gpu_seconds,
         max(expected_gpus) filter (where in_day) as expected_gpus
     from stg_kube_node_states
     where expected_gpus is not null
     group by all
     having bool_or(in_day)  -- a node of the day, not one only the lookback saw
 ),
+devices as (
+    -- A device sample (R3): a GPU's where it is not MIG-partitioned, else a MIG instance's.
+    select device_key, ts_ms, node_key, holder_key from int_gpu_samples where not is_mig
+    union all
+    select device_key, ts_ms, node_key, holder_key from int_mig_instance_samples
+),
 share_sums as (
-    select device_id, ts_ms, round(sum(share), 9) as share_sum  -- rounded: order-free (R1)
-    from int_device_holders
-    group by all
+    -- Per device sample, its holders' shares summed, rounded: order-free (R1). A pod that holds the sample
+    -- alone holds its share of it (int_holders); the samples int_keyed_device_holders lists several holders,
+    -- KAI or DRA holders for are summed there.
+    select d.node_key, round(k.alone_share_numerator / k.alone_share_denominator, 9) as share_sum
+    from devices as d
+    join int_holders as k on k.holder_key = d.holder_key and not k.kai_reservation
+    union all
+    select d.node_key, s.share_sum
+    from (
+        select h.device_key, h.ts_ms, round(sum(h.share), 9) as share_sum
+        from int_keyed_device_holders as h
+        join int_holders as k on k.holder_key = h.holder_key
+        where h.holder_count > 1 or h.holder_source <> 'labels' or k.kai_reservation
+        group by h.device_key, h.ts_ms
+    ) as s
+    join devices as d on d.device_key = s.device_key and d.ts_ms = s.ts_ms
 ),
 overbooked_holders as (
-    select d.node, max(s.share_sum) as max_holder_share_sum,
-           count(*) filter (where s.share_sum > 1 + 1e-9) as overbooked_device_samples
-    from share_sums as s
-    join int_device_samples as d on d.device_id = s.device_id and d.ts_ms = s.ts_ms
-    group by all
+    select n.node, o.max_holder_share_sum, o.overbooked_device_samples
+    from (
+        select node_key, max(share_sum) as max_holder_share_sum,
+               count(*) filter (where share_sum > 1 + 1e-9) as overbooked_device_samples
+        from share_sums
+        group by node_key
+    ) as o
+    left join node_names as n on n.node_key = o.node_key
 ),
 conflicting_copies as (
-    -- vgpu copies of one device sample that disagree (int_device_samples keeps the largest): reported, never
+    -- vgpu copies of one device sample that disagree (the device sample keeps the largest): reported, never
     -- resolved silently. Counted at the GPU's node, like the device sample.
-    select g.node, count(*) as conflicting_copy_samples
+    select n.node, count(*) as conflicting_copy_samples
     from int_vgpu_copy_conflicts as c
-    join int_device_samples as g on g.device_id = c.device_id and g.ts_ms = c.ts_ms
+    join devices as g on g.device_key = c.device_key and g.ts_ms = c.ts_ms
+    left join node_names as n on n.node_key = g.node_key
     group by all
 ),
 mig_weights as (
-    select node, uuid, ts_ms, round(sum(weight), 9) as weight_sum
-    from int_device_samples
-    where gpu_i_id is not null
+    select node_key, gpu_key, ts_ms, round(sum(weight), 9) as weight_sum
+    from int_mig_instance_samples
     group by all
 ),
 overbooked_mig as (
-    select node, max(weight_sum) as max_mig_weight_sum,
-           count(*) filter (where weight_sum > 1 + 1e-9) as overbooked_mig_samples
-    from mig_weights
-    group by all
+    select n.node, o.max_mig_weight_sum, o.overbooked_mig_samples
+    from (
+        select node_key, max(weight_sum) as max_mig_weight_sum,
+               count(*) filter (where weight_sum > 1 + 1e-9) as overbooked_mig_samples
+        from mig_weights
+        group by node_key
+    ) as o
+    left join node_names as n on n.node_key = o.node_key
 ),
 unmapped as (
     select node, count(distinct namespace) as unmapped_namespaces,

@@ -1,85 +1,154 @@
 -- One row per device × holder (pod, container) × tenant of the day: what the holder held, used and was charged
--- (R1, R6, R9, R10), in exact DECIMAL seconds and in integer units of money (R12) shown as decimals.
-with charged as (
-select
-    d.cluster,
-    metered_day() as day,
-    d.node,
-    d.uuid,
-    d.gpu_i_id,
-    d.device_id,
-    d.model_name,
-    d.gpu_model,
-    d.mig_profile,
-    d.weight,
-    h.namespace,
-    h.pod,
-    h.container,
-    h.holder_source,
-    t.tenant,
-    t.cost_center,
-    t.tenant_rule,
-    count(*) as sample_count,
-    sum(sample_seconds(h.share)) as device_seconds,
-    sum(sample_seconds(h.share, d.weight)) as gpu_seconds,
-    sum(sample_seconds(h.share, d.weight, coalesce(d.busy, 0))) as busy_gpu_seconds,
-    -- R9, R12: Σ price × share per sample, in 1e-8 of the currency × 1/share_lcm; Δ and the device's weight
-    -- are the same for every sample of the row and multiply it below.
-    sum(d.price_units::hugeint * share_units(h.share_numerator, h.share_denominator, m.share_lcm))
-        as price_share_units,
-    -- R10 tariff: used: the same × the busy fraction read to 6 decimals.
-    sum(
-        d.price_units::hugeint * share_units(h.share_numerator, h.share_denominator, m.share_lcm)
-        * round(coalesce(d.busy, 0) * 1000000)::bigint
-    ) as busy_price_share_units,
-    -- R10/R14 energy: mJ × share per sample.
-    sum(d.energy_mj::hugeint * share_units(h.share_numerator, h.share_denominator, m.share_lcm))
-        as energy_share_units,
-    any_value(m.units_per_currency) as units_per_currency,
-    -- R10 tariff: used: busy device-seconds and the busy part of the reserved charge (docs/tariffs.md).
-    sum(sample_seconds(h.share, coalesce(d.busy, 0))) as busy_device_seconds,
-    sum(cast(d.energy_joules * h.share as decimal(38, 12))) as energy_joules,
-    sum(sample_seconds(h.share, coalesce(d.fb_used_mib, 0))) as fb_used_mib_seconds,
-    max(d.fb_used_mib) as peak_fb_used_mib,
-    max(d.busy) as peak_busy
-from int_device_holders as h
-join int_device_samples as d on d.device_id = h.device_id and d.ts_ms = h.ts_ms
--- R7: the tenant of the pod's labels at the sample (periods of one pod tile all time, null = open-ended).
-join int_holder_tenants as t
-    on t.namespace = h.namespace
-    and t.pod = h.pod
-    and (t.from_ms is null or h.ts_ms >= t.from_ms)
-    and (t.until_ms is null or h.ts_ms < t.until_ms)
-cross join int_money_scale as m
-group by all
+-- (R1, R6, R9, R10), in exact DECIMAL seconds and in integer units of money (R12) shown as decimals. Samples are
+-- summed under the integer keys of device, node, class, holder and tenant; the names are joined to the sums.
+with tenants as (
+    -- R7: the tenant of each holder per period of its pod's labels (periods of one pod tile all time, null =
+    -- open-ended), a tenant keyed by what the mart shows of it.
+    select
+        h.holder_key,
+        t.from_ms,
+        t.until_ms,
+        dense_rank() over (order by t.tenant, t.cost_center, t.tenant_rule) as tenant_key,
+        t.tenant,
+        t.cost_center,
+        t.tenant_rule
+    from int_holders as h
+    join int_holder_tenants as t on t.namespace = h.namespace and t.pod = h.pod
+),
+devices as (
+    -- A device sample (R3): a GPU's where it is not MIG-partitioned, else a MIG instance's.
+    select
+        device_key, ts_ms, node_key, model_key, null::integer as profile_key, weight, price_units, busy,
+        fb_used_mib, energy_joules * weight as energy_joules, energy_mj, holder_key
+    from int_gpu_samples
+    where not is_mig
+    union all
+    select
+        device_key, ts_ms, node_key, model_key, profile_key, weight, price_units, busy, fb_used_mib,
+        energy_joules, energy_mj, holder_key
+    from int_mig_instance_samples
+),
+shared as (
+    -- The holders of the samples not held by one labelled pod alone: shared (R6), KAI and DRA holders (R5).
+    select h.*
+    from int_keyed_device_holders as h
+    join int_holders as k on k.holder_key = h.holder_key
+    where h.holder_count > 1 or h.holder_source <> 'labels' or k.kai_reservation
+),
+held as (
+    -- Each device sample with each of its holders: the one labelled pod, or the holders int_keyed_device_holders
+    -- lists for it.
+    select
+        d.* exclude (holder_key),
+        coalesce(s.holder_key, a.holder_key) as holder_key,
+        coalesce(s.holder_source, 'labels') as holder_source,
+        coalesce(s.share_numerator, a.alone_share_numerator) as share_numerator,
+        coalesce(s.share_denominator, a.alone_share_denominator) as share_denominator
+    from devices as d
+    left join shared as s on s.device_key = d.device_key and s.ts_ms = d.ts_ms
+    -- A pod that holds the sample alone (not a KAI reservation, whose group holds it).
+    left join int_holders as a on a.holder_key = d.holder_key and not a.kai_reservation
+    where s.device_key is not null or a.holder_key is not null
+),
+charged as (
+    select
+        h.device_key,
+        h.node_key,
+        h.model_key,
+        h.profile_key,
+        h.weight,
+        h.holder_key,
+        h.holder_source,
+        t.tenant_key,
+        count(*) as sample_count,
+        sum(sample_seconds(h.share)) as device_seconds,
+        sum(sample_seconds(h.share, h.weight)) as gpu_seconds,
+        sum(sample_seconds(h.share, h.weight, coalesce(h.busy, 0))) as busy_gpu_seconds,
+        -- R9, R12: Σ price × share per sample, in 1e-8 of the currency × 1/share_lcm; Δ and the device's
+        -- weight are the same for every sample of the row and multiply it below.
+        sum(h.price_units::hugeint * share_units(h.share_numerator, h.share_denominator, m.share_lcm))
+            as price_share_units,
+        -- R10 tariff: used: the same × the busy fraction read to 6 decimals.
+        sum(
+            h.price_units::hugeint * share_units(h.share_numerator, h.share_denominator, m.share_lcm)
+            * round(coalesce(h.busy, 0) * 1000000)::bigint
+        ) as busy_price_share_units,
+        -- R10/R14 energy: mJ × share per sample.
+        sum(h.energy_mj::hugeint * share_units(h.share_numerator, h.share_denominator, m.share_lcm))
+            as energy_share_units,
+        any_value(m.units_per_currency) as units_per_currency,
+        -- R10 tariff: used: busy device-seconds and the busy part of the reserved charge (docs/tariffs.md).
+        sum(sample_seconds(h.share, coalesce(h.busy, 0))) as busy_device_seconds,
+        sum(cast(h.energy_joules * h.share as decimal(38, 12))) as energy_joules,
+        sum(sample_seconds(h.share, coalesce(h.fb_used_mib, 0))) as fb_used_mib_seconds,
+        max(h.fb_used_mib) as peak_fb_used_mib,
+        max(h.busy) as peak_busy
+    from (select *, share_numerator / share_denominator as share from held) as h
+    -- R7: the tenant of the pod's labels at the sample.
+    join tenants as t
+        on t.holder_key = h.holder_key
+        and (t.from_ms is null or h.ts_ms >= t.from_ms)
+        and (t.until_ms is null or h.ts_ms < t.until_ms)
+    cross join int_money_scale as m
+    group by h.device_key, h.node_key, h.model_key, h.profile_key, h.weight, h.holder_key, h.holder_source, t.tenant_key
 ),
 units as (
     -- In units of money: ms × 1,000 × 1e-8 × 56ths (the device's price weight: a MIG profile's own price is a
     -- whole device's) × 1/share_lcm. For the used charge ms × 1,000 / 10^6 (busy in millionths) is Δ in
     -- seconds, a whole number: exact too. Energy: mJ × the price per kWh × the weight in 56ths.
     select
-        r.* exclude (price_share_units, busy_price_share_units, energy_share_units),
-        time_money_units(r.price_share_units, w.price_weight_units) as reserved_units,
-        getvariable('scrape_s')::bigint * w.price_weight_units * r.busy_price_share_units as used_units,
-        energy_money_units(r.energy_share_units, w.weight_units) as energy_units
+        r.*,
+        c.model_name,
+        c.gpu_model,
+        c.mig_profile,
+        time_money_units(
+            r.price_share_units,
+            case when c.device_price_units is not null then getvariable('weight_scale') else c.weight_units end
+        ) as reserved_units,
+        getvariable('scrape_s')::bigint
+            * case when c.device_price_units is not null then getvariable('weight_scale') else c.weight_units end
+            * r.busy_price_share_units as used_units,
+        energy_money_units(r.energy_share_units, c.weight_units) as energy_units
     from charged as r
-    join (
-        select
-            model_name,
-            mig_profile,
-            weight_units,
-            case when device_price_units is not null then getvariable('weight_scale') else weight_units end
-                as price_weight_units
-        from int_device_classes
-    ) as w on w.model_name = r.model_name and w.mig_profile is not distinct from r.mig_profile
+    join int_keyed_device_classes as c on c.model_key = r.model_key and c.profile_key is not distinct from r.profile_key
 )
 select
-    * exclude (reserved_units, used_units, energy_units, units_per_currency),
-    units_to_money(reserved_units, units_per_currency) as reserved_cost,
-    units_to_money(used_units, units_per_currency) as used_cost,
-    units_to_money(energy_units, units_per_currency) as energy_cost,
-    reserved_units,
-    used_units,
-    energy_units,
-    units_per_currency
-from units
+    v.cluster,
+    metered_day() as day,
+    n.node,
+    v.uuid,
+    v.gpu_i_id,
+    v.device_id,
+    u.model_name,
+    u.gpu_model,
+    u.mig_profile,
+    u.weight,
+    h.namespace,
+    h.pod,
+    h.container,
+    u.holder_source,
+    t.tenant,
+    t.cost_center,
+    t.tenant_rule,
+    u.sample_count,
+    u.device_seconds,
+    u.gpu_seconds,
+    u.busy_gpu_seconds,
+    u.busy_device_seconds,
+    u.energy_joules,
+    u.fb_used_mib_seconds,
+    u.peak_fb_used_mib,
+    u.peak_busy,
+    units_to_money(u.reserved_units, u.units_per_currency) as reserved_cost,
+    units_to_money(u.used_units, u.units_per_currency) as used_cost,
+    units_to_money(u.energy_units, u.units_per_currency) as energy_cost,
+    u.reserved_units,
+    u.used_units,
+    u.energy_units,
+    u.units_per_currency
+from units as u
+join (select distinct device_key, cluster, device_id, uuid, gpu_i_id from stg_dcgm_series) as v
+    on v.device_key = u.device_key
+left join (select distinct node_key, node from stg_dcgm_series) as n on n.node_key = u.node_key
+join int_holders as h on h.holder_key = u.holder_key
+join (select distinct tenant_key, tenant, cost_center, tenant_rule from tenants) as t on t.tenant_key = u.tenant_key

@@ -1,46 +1,66 @@
 -- One row per MIG GPU × layout × MIG instance of the day, and one `unpartitioned` row per MIG GPU and layout:
 -- compute slice-seconds (slices of 7) held, busy and free per instance, and those no instance covers (R3).
-with layouts as (
+-- Samples are summed under integer keys; names are joined to the sums.
+with claimed as (
+    -- Device samples held through a DRA claim (the others' holders are their pod labels).
+    select distinct device_key, ts_ms from int_keyed_device_holders where holder_source = 'dra'
+),
+instance_samples as (
+    select
+        d.gpu_key,
+        d.node_key,
+        d.device_key,
+        d.profile_key,
+        d.ts_ms,
+        d.busy,
+        c.compute_slices,
+        c.gpu_model,
+        d.labelled or h.device_key is not null as is_held
+    from int_mig_instance_samples as d
+    join int_keyed_device_classes as c on c.model_key = d.model_key and c.profile_key = d.profile_key
+    left join claimed as h on h.device_key = d.device_key and h.ts_ms = d.ts_ms
+),
+layouts as (
     -- A layout is keyed by an order-free hash of its instances while samples are grouped; it is named once
     -- per GPU and layout below.
-    select uuid, ts_ms, bit_xor(hash(gpu_i_id, mig_profile)) as layout_key, sum(compute_slices) as slices
-    from int_device_categories
-    where gpu_i_id is not null
-    group by uuid, ts_ms
+    select gpu_key, ts_ms, bit_xor(hash(device_key, profile_key)) as layout_key, sum(compute_slices) as slices
+    from instance_samples
+    group by gpu_key, ts_ms
 ),
 instances as (
     select
-        c.cluster,
-        c.node,
-        c.uuid,
+        i.node_key,
+        i.gpu_key,
         l.layout_key,
-        c.gpu_i_id,
-        min(c.gpu_model) as gpu_model,
-        c.mig_profile,
-        min(c.compute_slices) as compute_slices,
+        i.device_key,
+        min(i.gpu_model) as gpu_model,
+        i.profile_key,
+        min(i.compute_slices) as compute_slices,
         count(*) * getvariable('scrape_s') as observed_seconds,
-        sum(sample_seconds(c.compute_slices)) filter (where c.is_held) as held_slice_seconds,
-        sum(sample_seconds(c.compute_slices, coalesce(c.busy, 0))) as busy_slice_seconds,
-        sum(sample_seconds(c.compute_slices)) filter (where not c.is_held) as free_slice_seconds
-    from int_device_categories as c
-    join layouts as l on l.uuid = c.uuid and l.ts_ms = c.ts_ms
-    where c.gpu_i_id is not null
-    group by c.cluster, c.node, c.uuid, l.layout_key, c.gpu_i_id, c.mig_profile
+        sum(sample_seconds(i.compute_slices)) filter (where i.is_held) as held_slice_seconds,
+        sum(sample_seconds(i.compute_slices, coalesce(i.busy, 0))) as busy_slice_seconds,
+        sum(sample_seconds(i.compute_slices)) filter (where not i.is_held) as free_slice_seconds
+    from instance_samples as i
+    join layouts as l on l.gpu_key = i.gpu_key and l.ts_ms = i.ts_ms
+    group by i.node_key, i.gpu_key, l.layout_key, i.device_key, i.profile_key
+),
+profiles as (
+    select distinct profile_key, mig_profile from stg_dcgm_series where profile_key is not null
 ),
 layout_names as (
-    select uuid, layout_key, string_agg(mig_profile, '+' order by mig_profile) as layout
-    from instances
-    group by uuid, layout_key
+    select i.gpu_key, i.layout_key, string_agg(p.mig_profile, '+' order by p.mig_profile) as layout
+    from instances as i
+    join profiles as p on p.profile_key = i.profile_key
+    group by i.gpu_key, i.layout_key
 ),
 unpartitioned as (
     select
-        g.cluster,
-        g.node,
-        g.uuid,
+        g.node_key,
+        g.gpu_key,
         s.layout_key,
-        null::varchar as gpu_i_id,
+        null::integer as device_key,
         min(c.gpu_model) as gpu_model,
-        'unpartitioned' as mig_profile,
+        null::integer as profile_key,
         null::integer as compute_slices,
         count(*) * getvariable('scrape_s') as observed_seconds,
         cast(0 as decimal(38, 12)) as held_slice_seconds,
@@ -49,10 +69,10 @@ unpartitioned as (
         cast(sum(greatest(7 - coalesce(s.slices, 0), 0) * getvariable('scrape_s')) as decimal(38, 12))
             as unpartitioned_slice_seconds
     from int_gpu_samples as g
-    join int_device_classes as c on c.model_name = g.model_name and c.mig_profile is null
-    left join layouts as s on s.uuid = g.uuid and s.ts_ms = g.ts_ms
+    join int_keyed_device_classes as c on c.model_key = g.model_key and c.profile_key is null
+    left join layouts as s on s.gpu_key = g.gpu_key and s.ts_ms = g.ts_ms
     where g.is_mig
-    group by g.cluster, g.node, g.uuid, s.layout_key
+    group by g.node_key, g.gpu_key, s.layout_key
 ),
 parts as (
     select
@@ -66,10 +86,24 @@ parts as (
     select * from unpartitioned
 )
 select
-    p.cluster, metered_day() as day, p.node, p.uuid,
+    getvariable('cluster') as cluster,
+    metered_day() as day,
+    nd.node,
+    gp.uuid,
     -- A MIG sample whose instances were all set aside (stg_dcgm_quarantine) has no layout to name.
     coalesce(n.layout, '') as layout,
-    p.gpu_i_id, p.gpu_model, p.mig_profile, p.compute_slices, p.observed_seconds, p.held_slice_seconds,
-    p.busy_slice_seconds, p.free_slice_seconds, p.unpartitioned_slice_seconds
+    v.gpu_i_id,
+    p.gpu_model,
+    coalesce(pr.mig_profile, 'unpartitioned') as mig_profile,
+    p.compute_slices,
+    p.observed_seconds,
+    p.held_slice_seconds,
+    p.busy_slice_seconds,
+    p.free_slice_seconds,
+    p.unpartitioned_slice_seconds
 from parts as p
-left join layout_names as n on n.uuid = p.uuid and n.layout_key is not distinct from p.layout_key
+left join layout_names as n on n.gpu_key = p.gpu_key and n.layout_key is not distinct from p.layout_key
+left join (select distinct node_key, node from stg_dcgm_series) as nd on nd.node_key = p.node_key
+join (select distinct gpu_key, uuid from stg_dcgm_series) as gp on gp.gpu_key = p.gpu_key
+left join (select distinct device_key, gpu_i_id from stg_dcgm_series) as v on v.device_key = p.device_key
+left join profiles as pr on pr.profile_key = p.profile_key

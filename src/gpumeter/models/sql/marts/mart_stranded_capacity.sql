@@ -1,26 +1,40 @@
 -- One row per node × category of the day: where observed capacity went (R11), in GPU-seconds; a node's
 -- categories sum to its observed GPU-seconds exactly. Stranded is every category but allocated_active.
-with device_parts as (
-    select cluster, node, category, sum(gpu_seconds) as gpu_seconds
-    from int_device_categories
+with claimed as (
+    -- Device samples held through a DRA claim (the others' holders are their pod labels).
+    select distinct device_key, ts_ms from int_keyed_device_holders where holder_source = 'dra'
+),
+device_parts as (
+    -- A device sample (R3): a GPU's where it is not MIG-partitioned, else a MIG instance's.
+    select
+        d.node_key,
+        capacity_category(d.unhealthy, d.labelled or c.device_key is not null, d.busy, d.unschedulable) as category,
+        sum(sample_seconds(d.weight)) as gpu_seconds
+    from (
+        select device_key, ts_ms, node_key, weight, unhealthy, labelled, busy, unschedulable
+        from int_gpu_samples
+        where not is_mig
+        union all
+        select device_key, ts_ms, node_key, weight, unhealthy, labelled, busy, unschedulable
+        from int_mig_instance_samples
+    ) as d
+    left join claimed as c on c.device_key = d.device_key and c.ts_ms = d.ts_ms
     group by all
 ),
 mig_instance_weights as (
-    select uuid, ts_ms, sum(gpu_seconds) as gpu_seconds
-    from int_device_categories
-    where gpu_i_id is not null
+    select gpu_key, ts_ms, sum(sample_seconds(weight)) as gpu_seconds
+    from int_mig_instance_samples
     group by all
 ),
 mig_remainders as (
     -- The part of a MIG GPU no instance covers is capacity too (R4): Δ minus its instances, in DECIMAL so
     -- that the parts add up to Δ exactly.
     select
-        g.cluster,
-        g.node,
+        g.node_key,
         case when g.unhealthy then 'unhealthy' else 'mig_unpartitioned' end as category,
         sum(sample_seconds(1) - coalesce(w.gpu_seconds, 0)) as gpu_seconds
     from int_gpu_samples as g
-    left join mig_instance_weights as w on w.uuid = g.uuid and w.ts_ms = g.ts_ms
+    left join mig_instance_weights as w on w.gpu_key = g.gpu_key and w.ts_ms = g.ts_ms
     where g.is_mig
     group by all
 ),
@@ -30,11 +44,12 @@ parts as (
     select * from mig_remainders
 )
 select
-    cluster,
+    getvariable('cluster') as cluster,
     metered_day() as day,
-    node,
-    category,
-    sum(gpu_seconds) as gpu_seconds,
-    category <> 'allocated_active' as is_stranded
-from parts
-group by cluster, node, category
+    n.node,
+    p.category,
+    sum(p.gpu_seconds) as gpu_seconds,
+    p.category <> 'allocated_active' as is_stranded
+from parts as p
+left join (select distinct node_key, node from stg_dcgm_series) as n on n.node_key = p.node_key
+group by n.node, p.category

@@ -35,10 +35,16 @@ extra_copies as (
 ),
 shared_uuids as materialized (
     -- One GPU UUID reported by two nodes at one time is one GPU (R1, R4): it is counted once, at the first
-    -- node by name (int_gpu_samples), and the other node's rows are reported here.
+    -- node by name (int_gpu_samples), and the other node's rows are reported here. Only a UUID whose series
+    -- name two nodes can be: its samples alone are grouped.
     select d.cluster, d.uuid, s.ts_ms, min(d.node) as billed_node
     from stg_dcgm_samples as s
     join stg_dcgm_series as d using (series_key)
+    where d.uuid in (
+        select uuid from stg_dcgm_series
+        group by uuid
+        having min(coalesce(node, chr(0))) <> max(coalesce(node, chr(0)))
+    )
     group by all
     -- two or more distinct nodes (a null node counts as one): min <> max is a cheaper count(distinct) > 1
     having min(coalesce(d.node, chr(0))) <> max(coalesce(d.node, chr(0)))

@@ -1,9 +1,22 @@
 -- One row per DCGM series of the day and its lookback: the labels the accounting reads (R1, R3, R5), once per
--- series; `series_key` joins stg_dcgm_samples.
+-- series; `series_key` joins stg_dcgm_samples. Dense integer keys of the series' GPU, device, node, model, MIG
+-- profile and holder let the per-sample models group and join integers, not strings; each is ranked in name
+-- order, so the least key is the least name (min(node) picks the first node by name, R4).
 select
     -- The same hash of the same labels as stg_dcgm_judged's, computed once per series instead of once per row.
     hash(cluster, node, uuid, gpu_i_id, namespace, pod, container, model_name, mig_profile) as series_key,
-    *
+    *,
+    dense_rank() over (order by uuid)::integer as gpu_key,
+    dense_rank() over (order by uuid, gpu_i_id)::integer as device_key,
+    case when node is not null then dense_rank() over (order by node) end::integer as node_key,
+    case when model_name is not null then dense_rank() over (order by model_name) end::integer as model_key,
+    case when mig_profile is not null then dense_rank() over (order by mig_profile) end::integer as profile_key,
+    -- Pod labels name a holder (R5) only with both namespace and pod.
+    case
+        when namespace is not null and pod is not null then dense_rank() over (order by namespace, pod, container)
+    end::integer as holder_key,
+    -- Only a GPU that ever shows a MIG instance can change mode (R3, int_gpu_samples).
+    bool_or(gpu_i_id is not null) over (partition by uuid) as gpu_shows_instances
 from (
     select
         cluster,

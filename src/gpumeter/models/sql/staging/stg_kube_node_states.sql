@@ -1,67 +1,150 @@
--- One row per node × sample of kube-state-metrics in the day and its lookback: schedulability (R11), GPU
--- capacity (R4), and until when the sample holds (R1a).
-with node_series as (
+-- One row per node × run of kube-state-metrics scrapes in the day and its lookback over which the node's state
+-- is one: schedulability (R11), GPU capacity (R4), until when its last sample holds (R1a), and the time its
+-- samples stand for within the day (R4 coverage). A node's state changes only where one of its series' spans
+-- (stg_kube_spans) starts or ends, or where a request of one of its pods starts or stops holding.
+with node_spans as (
     select
         cluster,
-        ts_ms,
-        target,
+        scrape_target,
         label[1] as node,
         metric,
         label[2] as resource,
         label[3] as condition,
         label[4] as status,
         label[5] as gpu_count_label,
-        value
+        value,
+        from_index,
+        to_index
     from (
         select
             *,
             json_extract_string(labels, ['node', 'resource', 'condition', 'status', 'label_nvidia_com_gpu_count'])
                 as label
-        from raw_kube_samples
+        from stg_kube_spans
+        where metric in (
+            'kube_node_spec_unschedulable', 'kube_node_status_condition', 'kube_node_status_capacity',
+            'kube_node_status_allocatable', 'kube_node_labels'
+        )
     )
-    where in_window(cluster, ts_ms)
-      and metric in (
-          'kube_node_spec_unschedulable', 'kube_node_status_condition', 'kube_node_status_capacity',
-          'kube_node_status_allocatable', 'kube_node_labels'
-      )
 ),
-pod_requests as (
+nodes as (
+    select distinct cluster, scrape_target, node from node_spans
+),
+scrapes as (
+    -- Per scrape: the time its samples stand for within the day (a sample stands until the exporter's next
+    -- scrape, Δ after its last one, at most the lookback; mart_data_quality's expected capacity), summed in
+    -- scrape order so that a run's sum is a difference.
     select
-        ts_ms,
-        label[1] as node,
-        sum(value) filter (where label[2] = 'cpu') as requested_cpu_cores,
-        sum(value) filter (where label[2] = 'memory') as requested_memory_bytes
-    from (select *, json_extract_string(labels, ['node', 'resource']) as label from raw_kube_samples)
-    where in_window(cluster, ts_ms)
-      and metric = 'kube_pod_container_resource_requests'
+        *,
+        sum(counted_ms) over (partition by scrape_target order by scrape_index) as counted_through_ms
+    from (
+        select
+            *,
+            greatest(
+                least(
+                    ts_ms + least(coalesce(next_scrape_ms - ts_ms, getvariable('scrape_s') * 1000), getvariable('lookback_ms')),
+                    getvariable('day_end_ms')
+                ) - greatest(ts_ms, getvariable('day_start_ms')),
+                0
+            ) as counted_ms
+        from stg_kube_target_scrapes
+    )
+),
+request_spans as (
+    -- R1a: a pod's request holds from its sample until its target's next scrape; on the node's target's
+    -- scrapes that is from the first scrape at or after its first sample to the first at or after it ends.
+    select
+        n.cluster,
+        n.scrape_target,
+        n.node,
+        r.resource,
+        r.value * r.copies as value,
+        r.from_ms,
+        r.until_ms
+    from (
+        select
+            json_extract_string(labels, ['node', 'resource']) as label,
+            label[1] as node,
+            label[2] as resource,
+            value,
+            copies,
+            from_ms,
+            until_ms
+        from stg_kube_spans
+        where metric = 'kube_pod_container_resource_requests'
+    ) as r
+    join nodes as n on n.node = r.node
+    where r.resource in ('cpu', 'memory')
+),
+request_bounds as (
+    select r.*, f.scrape_index as from_index, e.scrape_index as end_index
+    from request_spans as r
+    asof left join stg_kube_target_scrapes as f on f.scrape_target = r.scrape_target and r.from_ms <= f.ts_ms
+    asof left join stg_kube_target_scrapes as e on e.scrape_target = r.scrape_target and r.until_ms <= e.ts_ms
+),
+changes as (
+    -- Where the node's state can change: its series' spans start or end, a request starts or stops holding.
+    select cluster, scrape_target, node, from_index as at_index from node_spans
+    union
+    select cluster, scrape_target, node, to_index + 1 from node_spans
+    union
+    select cluster, scrape_target, node, from_index from request_bounds where from_index is not null
+    union
+    select cluster, scrape_target, node, end_index from request_bounds where end_index is not null
+),
+runs as (
+    select *, lead(at_index) over (partition by cluster, scrape_target, node order by at_index) - 1 as last_index
+    from changes
+),
+states as (
+    select
+        c.cluster,
+        c.scrape_target,
+        c.node,
+        c.at_index,
+        c.last_index,
+        bool_or(n.metric = 'kube_node_spec_unschedulable' and n.value = 1) as cordoned,
+        -- NotReady: the Ready condition's "true" series is 0 (status false or unknown).
+        bool_or(n.metric = 'kube_node_status_condition' and n.condition = 'Ready' and n.status = 'true' and n.value = 0)
+            as not_ready,
+        max(n.value) filter (where n.metric = 'kube_node_status_capacity' and n.resource = 'nvidia_com_gpu')
+            as capacity_whole_gpus,
+        max(try_cast(n.gpu_count_label as double)) filter (where n.metric = 'kube_node_labels') as labelled_gpus,
+        max(n.value) filter (where n.metric = 'kube_node_status_allocatable' and n.resource = 'cpu')
+            as allocatable_cpu_cores,
+        max(n.value) filter (where n.metric = 'kube_node_status_allocatable' and n.resource = 'memory')
+            as allocatable_memory_bytes
+    from runs as c
+    join node_spans as n
+        on n.cluster = c.cluster
+        and n.scrape_target = c.scrape_target
+        and n.node is not distinct from c.node
+        and c.at_index between n.from_index and n.to_index
     group by all
 ),
-node_states as (
+requests as (
     select
-        cluster,
-        ts_ms,
-        node,
-        target,
-        bool_or(metric = 'kube_node_spec_unschedulable' and value = 1) as cordoned,
-        -- NotReady: the Ready condition's "true" series is 0 (status false or unknown).
-        bool_or(metric = 'kube_node_status_condition' and condition = 'Ready' and status = 'true' and value = 0)
-            as not_ready,
-        max(value) filter (where metric = 'kube_node_status_capacity' and resource = 'nvidia_com_gpu')
-            as capacity_whole_gpus,
-        max(try_cast(gpu_count_label as double)) filter (where metric = 'kube_node_labels') as labelled_gpus,
-        max(value) filter (where metric = 'kube_node_status_allocatable' and resource = 'cpu')
-            as allocatable_cpu_cores,
-        max(value) filter (where metric = 'kube_node_status_allocatable' and resource = 'memory')
-            as allocatable_memory_bytes
-    from node_series
+        c.cluster,
+        c.scrape_target,
+        c.node,
+        c.at_index,
+        sum(r.value) filter (where r.resource = 'cpu') as requested_cpu_cores,
+        sum(r.value) filter (where r.resource = 'memory') as requested_memory_bytes
+    from runs as c
+    join request_bounds as r
+        on r.cluster = c.cluster
+        and r.scrape_target = c.scrape_target
+        and r.node = c.node
+        and c.at_index >= r.from_index
+        and (r.end_index is null or c.at_index < r.end_index)
     group by all
 )
 select
     n.cluster,
-    n.ts_ms,
-    holds_until(n.ts_ms, s.next_scrape_ms) as until_ms,
-    s.next_scrape_ms,
-    within_day(n.ts_ms) as in_day,
+    a.ts_ms,
+    holds_until(b.ts_ms, b.next_scrape_ms) as until_ms,
+    b.ts_ms as last_ms,
+    a.ts_ms < getvariable('day_end_ms') and b.ts_ms >= getvariable('day_start_ms') as in_day,
     n.node,
     n.cordoned,
     n.not_ready,
@@ -69,8 +152,13 @@ select
     -- nvidia_com_gpu), else the node's nvidia_com_gpu capacity.
     coalesce(n.labelled_gpus, n.capacity_whole_gpus) as expected_gpus,
     n.allocatable_cpu_cores - coalesce(r.requested_cpu_cores, 0) as free_cpu_cores,
-    n.allocatable_memory_bytes - coalesce(r.requested_memory_bytes, 0) as free_memory_bytes
-from node_states as n
-join stg_kube_target_scrapes as s
-    on s.scrape_target = scrape_target(n.target, 'kube_node_spec_unschedulable') and s.ts_ms = n.ts_ms
-left join pod_requests as r on r.node = n.node and r.ts_ms = n.ts_ms
+    n.allocatable_memory_bytes - coalesce(r.requested_memory_bytes, 0) as free_memory_bytes,
+    b.counted_through_ms - a.counted_through_ms + a.counted_ms as counted_ms
+from states as n
+join scrapes as a on a.scrape_target = n.scrape_target and a.scrape_index = n.at_index
+join scrapes as b on b.scrape_target = n.scrape_target and b.scrape_index = n.last_index
+left join requests as r
+    on r.cluster = n.cluster
+    and r.scrape_target = n.scrape_target
+    and r.node is not distinct from n.node
+    and r.at_index = n.at_index

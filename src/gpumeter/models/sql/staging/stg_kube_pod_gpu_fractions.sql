@@ -5,10 +5,10 @@ with container_requests as (
         labels ->> 'namespace' as namespace,
         labels ->> 'pod' as pod,
         labels ->> 'container' as container,
-        arg_max(value, ts_ms) as gpucores_pct
-    from raw_kube_samples
-    where in_window(cluster, ts_ms)
-      and metric = 'kube_pod_container_resource_requests'
+        -- The value of the latest sample: the span with the latest last sample.
+        arg_max(value, to_ms) as gpucores_pct
+    from stg_kube_spans
+    where metric = 'kube_pod_container_resource_requests'
       and labels ->> 'resource' = 'nvidia_com_gpucores'
       and isfinite(value)
       and value > 0
@@ -23,10 +23,9 @@ kai as (
     select
         labels ->> 'namespace' as namespace,
         labels ->> 'pod' as pod,
-        try_cast(arg_max(labels ->> 'annotation_gpu_fraction', ts_ms) as double) as requested_fraction
-    from raw_kube_samples
-    where in_window(cluster, ts_ms)
-      and metric = 'kube_pod_annotations'
+        try_cast(arg_max(labels ->> 'annotation_gpu_fraction', to_ms) as double) as requested_fraction
+    from stg_kube_spans
+    where metric = 'kube_pod_annotations'
       and labels ->> 'annotation_gpu_fraction' is not null
     group by all
 )

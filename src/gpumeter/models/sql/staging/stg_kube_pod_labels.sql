@@ -1,26 +1,37 @@
 -- One row per pod label set × span of time it was shown (R7, R1a).
-with samples as (
-    select hash(labels) as label_set, ts_ms, target, labels
-    from raw_kube_samples
-    where in_window(cluster, ts_ms)
-      and metric = 'kube_pod_labels'
+with shown as (
+    select labels, scrape_target, from_ms, from_index, to_index, until_ms
+    from stg_kube_spans
+    where metric = 'kube_pod_labels'
 ),
-ranked as (
-    -- Copies of one sample (duplicate rows) share a rank: they do not break a span.
-    select
-        p.label_set,
-        p.labels,
-        p.ts_ms,
-        holds_until(p.ts_ms, s.next_scrape_ms) as until_ms,
-        s.scrape_index - dense_rank() over (partition by p.label_set order by p.ts_ms) as span
-    from samples as p
-    join stg_kube_target_scrapes as s
-        on s.scrape_target = scrape_target(p.target, 'kube_pod_labels') and s.ts_ms = p.ts_ms
+runs as (
+    -- Spans that overlap (copies, another value) or follow each other scrape after scrape are one run.
+    select *, sum(case when from_index <= reached + 1 then 0 else 1 end) over by_start as run
+    from (
+        select *, max(to_index) over (by_start rows between unbounded preceding and 1 preceding) as reached
+        from shown
+        window by_start as (partition by labels, scrape_target order by from_index, to_index)
+    )
+    window by_start as (partition by labels, scrape_target order by from_index, to_index)
+),
+target_spans as (
+    select labels, min(from_ms) as from_ms, max(until_ms) as until_ms
+    from runs
+    group by labels, scrape_target, run
 ),
 spans as (
-    select any_value(labels) as labels_json, min(ts_ms) as from_ms, max(until_ms) as until_ms
-    from ranked
-    group by label_set, span
+    -- A label set shown by two targets is shown while either shows it: their runs that overlap are one span.
+    select labels as labels_json, min(from_ms) as from_ms, max(until_ms) as until_ms
+    from (
+        select *, sum(case when from_ms < reached then 0 else 1 end) over by_start as span
+        from (
+            select *, max(until_ms) over (by_start rows between unbounded preceding and 1 preceding) as reached
+            from target_spans
+            window by_start as (partition by labels order by from_ms, until_ms)
+        )
+        window by_start as (partition by labels order by from_ms, until_ms)
+    )
+    group by labels, span
 )
 select
     labels_json ->> 'namespace' as namespace,

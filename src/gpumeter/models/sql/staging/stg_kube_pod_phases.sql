@@ -1,31 +1,42 @@
--- One row per pod (by uid) × sample of kube_pod_status_phase{phase="Running"} (R5, R1a): whether it is Running
--- and until when the sample holds.
-with phase_samples as (
-    select ts_ms, target, value, json_extract_string(labels, ['namespace', 'pod', 'uid', 'phase']) as label
-    from raw_kube_samples
-    where in_window(cluster, ts_ms)
-      and metric = 'kube_pod_status_phase'
-),
-pod_samples as (
+-- One row per pod (by uid) × scrape target × run of the target's consecutive scrapes at which a
+-- kube_pod_status_phase{phase="Running"} series shows it at 1 (R5, R1a), and until when its last sample holds.
+with running as (
     select
         label[1] as namespace,
         label[2] as pod,
         label[3] as pod_uid,
-        ts_ms,
-        target,
-        bool_or(value = 1) as running
-    from phase_samples
+        scrape_target,
+        from_ms,
+        from_index,
+        to_index,
+        until_ms
+    from (
+        select *, json_extract_string(labels, ['namespace', 'pod', 'uid', 'phase']) as label
+        from stg_kube_spans
+        where metric = 'kube_pod_status_phase' and value = 1
+    )
     where label[4] = 'Running'
-    group by all
+),
+runs as (
+    -- Spans that overlap or follow each other scrape after scrape are one run.
+    select
+        *,
+        sum(case when from_index <= reached + 1 then 0 else 1 end) over by_start as run
+    from (
+        select
+            *,
+            max(to_index) over (by_start rows between unbounded preceding and 1 preceding) as reached
+        from running
+        window by_start as (partition by namespace, pod, pod_uid, scrape_target order by from_index, to_index)
+    )
+    window by_start as (partition by namespace, pod, pod_uid, scrape_target order by from_index, to_index)
 )
 select
-    p.namespace,
-    p.pod,
-    p.pod_uid,
-    p.ts_ms,
-    holds_until(p.ts_ms, s.next_scrape_ms) as until_ms,
-    s.scrape_index,
-    p.running
-from pod_samples as p
-join stg_kube_target_scrapes as s
-    on s.scrape_target = scrape_target(p.target, 'kube_pod_status_phase') and s.ts_ms = p.ts_ms
+    namespace,
+    pod,
+    pod_uid,
+    scrape_target,
+    min(from_ms) as from_ms,
+    max(until_ms) as until_ms
+from runs
+group by namespace, pod, pod_uid, scrape_target, run

@@ -8,13 +8,10 @@ select
 from (
     select *, lag(ts_ms) over (partition by scrape_target order by ts_ms) as prev_ms
     from (
-        -- (target, metric, time) first: the metric's namespace is then taken once per metric, not per row.
-        select distinct scrape_target(target, metric) as scrape_target, ts_ms
-        from (
-            select distinct target, metric, ts_ms
-            from raw_kube_samples
-            where in_window(cluster, ts_ms)
-        )
+        -- The raw kube table keeps every scrape of every target (a row with no metric: gpumeter.ingest.kube_spans).
+        select distinct target as scrape_target, ts_ms
+        from raw_kube_samples
+        where metric is null and in_window(cluster, ts_ms)
     )
 )
 window by_time as (partition by scrape_target order by ts_ms)
