@@ -279,32 +279,34 @@ def run_assertions(model: str, tables: dict[str, str]) -> None:
         con.close()
 
 
-def holders(*rows: tuple[str, int, int, int, int]) -> str:
-    """int_device_holders rows: (device_id, ts_ms, holder_count, share_numerator, share_denominator)."""
-    values = ", ".join(f"('{d}', {t}, {c}, {n}, {q}::hugeint)" for d, t, c, n, q in rows)
-    return (
-        f"select * from (values {values}) "
-        "as t(device_id, ts_ms, holder_count, share_numerator, share_denominator)"
-    )
+def holders(*rows: tuple[str, int, int, int, int]) -> dict[str, str]:
+    """int_keyed_device_holders rows from (device_id, ts_ms, holder_count, share_numerator, share_denominator),
+    each device keyed by an integer that stg_dcgm_series names."""
+    keys = {d: k for k, d in enumerate(sorted({row[0] for row in rows}), start=1)}
+    values = ", ".join(f"({keys[d]}, {t}, {c}, {n}, {q}::hugeint)" for d, t, c, n, q in rows)
+    names = ", ".join(f"({k}, '{d}')" for d, k in keys.items())
+    return {
+        "int_keyed_device_holders": f"select * from (values {values}) "
+        "as t(device_key, ts_ms, holder_count, share_numerator, share_denominator)",
+        "stg_dcgm_series": f"select * from (values {names}) as t(device_key, device_id)",
+    }
 
 
 def test_holders_sharing_a_device_whole_pass() -> None:
     t = 1_793_491_200_000  # 2026-11-01T00:00:00Z
     # 1/2 + 1/2; 1/3 + 1/3 + 1/3; 250000/1000000 + 750000/1000000; one holder of 1/1.
     run_assertions(
-        "int_device_holders",
-        {
-            "int_device_holders": holders(
-                ("GPU-1", t, 2, 1, 2),
-                ("GPU-1", t, 2, 1, 2),
-                ("GPU-2", t, 3, 1, 3),
-                ("GPU-2", t, 3, 1, 3),
-                ("GPU-2", t, 3, 1, 3),
-                ("GPU-3", t, 2, 250_000, 1_000_000),
-                ("GPU-3", t, 2, 750_000, 1_000_000),
-                ("GPU-4", t, 1, 1, 1),
-            )
-        },
+        "int_keyed_device_holders",
+        holders(
+            ("GPU-1", t, 2, 1, 2),
+            ("GPU-1", t, 2, 1, 2),
+            ("GPU-2", t, 3, 1, 3),
+            ("GPU-2", t, 3, 1, 3),
+            ("GPU-2", t, 3, 1, 3),
+            ("GPU-3", t, 2, 250_000, 1_000_000),
+            ("GPU-3", t, 2, 750_000, 1_000_000),
+            ("GPU-4", t, 1, 1, 1),
+        ),
     )
 
 
@@ -323,7 +325,7 @@ def test_holders_holding_more_than_the_device_stop_the_day(rows: list[tuple[Any,
     t = 1_793_491_260_000  # 2026-11-01T00:01:00Z
     stamped = [(d, t, c, n, q) for d, _, c, n, q in rows]
     with pytest.raises(AccountingError) as info:
-        run_assertions("int_device_holders", {"int_device_holders": holders(*stamped)})
+        run_assertions("int_keyed_device_holders", holders(*stamped))
     message = str(info.value)
     assert f"the holders of device GPU-1 at 2026-11-01T00:01:00Z hold {held} of it" in message
     assert "R6" not in message
