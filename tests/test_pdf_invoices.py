@@ -208,8 +208,37 @@ def test_a_long_invoice_repeats_its_table_header_and_numbers_its_pages(tmp_path:
     pages = _pages(pdf)
     assert len(pages) >= 2
     for number, page in enumerate(pages, start=1):
-        assert "Charge GPU model MIG profile Device-hours GPU-hours Unit price / GPU-hour Amount" in page
+        assert "Charge GPU model MIG profile Device-hours Quantity Unit price Amount" in page
         assert f"Page {number} of {len(pages)}" in page and "DRAFT" in page
     text = _assert_says_what_its_csv_says(pdf, _csv(tmp_path / "invoice_lines_2026-11_serving.csv"))
     # 0.25 + 1.25 + … + 59.25 = 60 * 0.25 + 59 * 60 / 2, once, after the last line.
     assert text.count("Total due") == 1 and "1,785.00 USD" in pages[-1]
+
+
+def test_an_energy_line_shows_its_kilowatt_hours_and_price_per_kwh(tmp_path: Path) -> None:
+    """An energy line bills kWh (its GPU-hours are 0): the invoice shows the kWh and the price per kWh, not a
+    unit price of 0 per GPU-hour beside a non-zero amount."""
+    rows = [
+        (D1, "serving", "reserved", "H100-80GB", None, "3600", "3600", "4.1"),
+        (D1, "serving", "energy", "H100-80GB", None, "0", "0", "0.252"),
+    ]
+    cost = daily(rows).append_column(
+        "energy_joules",
+        pa.array([Decimal(0), Decimal(2_520_000)], DEC),  # 0.7 kWh at 0.36 per kWh
+    )
+    lines = build_invoice_lines(cost, config(), NOV)
+    write_exports(
+        lines, config(), NOV, tmp_path, Status("2026-11", False, "ab" * 32), kinds=("csv", "documents")
+    )
+    text = _assert_says_what_its_csv_says(
+        (tmp_path / "tenant_invoice_2026-11_serving.pdf").read_bytes(),
+        _csv(tmp_path / "invoice_lines_2026-11_serving.csv"),
+    )
+    # By hand: 0.252 / 0.7 = 0.36 per kWh; 4.1 / 1 per GPU-hour; 0.252 rounds to 0.25 (R12).
+    assert re.search(
+        r"^reserved H100-80GB whole GPU 1\.000 1\.000 GPU-hours 4\.10 per GPU-hour 4\.10$", text, re.M
+    )
+    assert re.search(r"^energy H100-80GB whole GPU 0\.000 0\.700 kWh 0\.3600 per kWh 0\.25$", text, re.M), (
+        text
+    )
+    assert "4.35 USD" in text

@@ -7,18 +7,23 @@ adds only its print stylesheet (A4 pages, page numbers), so the two never disagr
 
 from __future__ import annotations
 
+import os
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from decimal import Decimal
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
 from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
 
-from gpumeter.billing.invoices import ADJUSTMENT, Period, invoice_id, iso_utc, tenant_lines
+from gpumeter.billing.invoices import ADJUSTMENT, ENERGY, Period, invoice_id, iso_utc, tenant_lines
 from gpumeter.config import Config
 
 if TYPE_CHECKING:
     from gpumeter.billing.status import Status
 
+SOURCE_DATE_EPOCH = "SOURCE_DATE_EPOCH"
 _ENV = Environment(
     loader=PackageLoader("gpumeter.billing", "templates"),
     autoescape=select_autoescape(["html", "j2"], default=True),
@@ -41,11 +46,20 @@ def render_invoice(
     rows = tenant_lines(lines, tenant).to_pylist()
 
     def shown(row: dict) -> dict:
+        # An energy line bills kilowatt-hours: its GPU-hours are 0, so it shows its kWh and price per kWh
+        # (the unrounded amount over the kWh, as FOCUS states it) rather than a unit price of 0 per GPU-hour.
+        if ENERGY in (row["charge_type"], row["corrects_charge_type"]):
+            kwh = row["energy_kwh"] or Decimal(0)
+            per_kwh = row["amount_unrounded"] / kwh if kwh else Decimal(0)
+            quantity, unit_price = f"{_hours(kwh)} kWh", f"{per_kwh:,.{max(minor, 4)}f} per kWh"
+        else:
+            quantity = f"{_hours(row['gpu_hours'])} GPU-hours"
+            unit_price = f"{money.format(row['unit_price'])} per GPU-hour"
         return {
             **row,
             "device_hours": _hours(row["device_hours"]),
-            "gpu_hours": _hours(row["gpu_hours"]),
-            "unit_price": money.format(row["unit_price"]),
+            "quantity": quantity,
+            "unit_price": unit_price,
             "amount": money.format(row["amount"]),
         }
 
@@ -77,6 +91,26 @@ def render_invoice(
     )
 
 
+_FONT_TIME = threading.Lock()
+
+
+@contextmanager
+def _fixed_font_time() -> Iterator[None]:
+    """Where HarfBuzz-Subset is not installed, WeasyPrint subsets fonts with fontTools, which stamps each
+    embedded font with the time it was written unless SOURCE_DATE_EPOCH (reproducible builds) says which:
+    without it, the same invoice written a second later would differ. The font's time means nothing on an
+    invoice, so it is the epoch unless the environment already fixes it."""
+    with _FONT_TIME:
+        if SOURCE_DATE_EPOCH in os.environ:
+            yield
+            return
+        os.environ[SOURCE_DATE_EPOCH] = "0"
+        try:
+            yield
+        finally:
+            os.environ.pop(SOURCE_DATE_EPOCH, None)
+
+
 def invoice_pdf(html: str) -> bytes:
     """An invoice rendered by `render_invoice(..., for_print=True)`, as PDF (WeasyPrint).
 
@@ -91,7 +125,8 @@ def invoice_pdf(html: str) -> bytes:
 
     # The invoice is self-contained: a URL in it (there is none) is never fetched, file:// included.
     document = HTML(string=html, url_fetcher=URLFetcher(allowed_protocols=()), media_type="print")
-    pdf = document.write_pdf(pdf_identifier=None)
+    with _fixed_font_time():
+        pdf = document.write_pdf(pdf_identifier=None)
     assert pdf is not None  # bytes when no target is given
     return pdf
 

@@ -14,7 +14,7 @@ from decimal import Decimal
 
 import pyarrow as pa
 
-from gpumeter.billing.invoices import ADJUSTMENT, Period, csv_text, iso_utc, neutralize
+from gpumeter.billing.invoices import ADJUSTMENT, ENERGY, Period, csv_text, iso_utc, neutralize
 from gpumeter.config import IDLE, UNALLOCATED, Config
 
 FOCUS_VERSION = "1.2"
@@ -125,7 +125,7 @@ def focus_rows(lines: pa.Table, config: Config, period: Period) -> list[dict[str
         what = f"{_CHARGE_WORDS.get(charge, charge)}, {_device(line)}"
         description = f"Correction of {line['corrects_period']}: {what}" if adjustment else what.capitalize()
         gpu_hours = line["gpu_hours"]
-        if charge == "energy":  # priced by the kWh, not by the GPU-hour
+        if charge == ENERGY:  # priced by the kWh, not by the GPU-hour
             quantity, unit = line["energy_kwh"] or Decimal(0), ENERGY_UNIT
             unit_price = (
                 (line["amount_unrounded"] / quantity).quantize(Decimal("1e-9")) if quantity else Decimal(0)

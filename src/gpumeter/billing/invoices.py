@@ -38,6 +38,7 @@ INVOICE_COLUMNS = (
 ADJUSTMENT_COLUMNS = ("corrects_period", "corrects_charge_type")
 CSV_COLUMNS = INVOICE_COLUMNS + ADJUSTMENT_COLUMNS
 ADJUSTMENT = "adjustment"
+ENERGY = "energy"  # the charge type billed by the kWh, not by the GPU-hour
 
 INVOICE_SCHEMA = pa.schema(
     [
