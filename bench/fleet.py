@@ -146,7 +146,9 @@ def step_generate(ws: Workspace) -> Measure:
     config = load_config(write_config(ws))
     started = time.perf_counter()
     write_parquet(
-        fleet_spec(ws.gpus, CLUSTER, ws.days), ws.warehouse / "raw", lookback_s=lookback_ms(config) // 1000
+        fleet_spec(ws.gpus, CLUSTER, ws.days),
+        ws.warehouse / "raw",
+        lookback_s=lookback_ms(config, CLUSTER) // 1000,
     )
     wall = time.perf_counter() - started
     return Measure("generate", ws.gpus, wall, sum(_day_samples(ws, d) for d in ws.day_list))

@@ -136,7 +136,7 @@ def test_a_day_stored_as_spans_is_metered_as_its_rows(tmp_path: Path, name: str)
     stored = RawFiles({t: warehouse.day_files(RAW, t, name, DAY) for t in RAW_TABLES})
     assert _marts(stored, name) == _marts(f.build(), name)
     # An earlier pull as a Parquet source: its spans read back as the day's kube rows.
-    again = ParquetRawSource(warehouse.root / RAW).fetch_day(name, DAY, lookback_ms(config))
+    again = ParquetRawSource(warehouse.root / RAW).fetch_day(name, DAY, lookback_ms(config, name))
     assert sorted(map(_key, again.kube.to_pylist()), key=repr) == sorted(
         map(_key, f.build().kube.to_pylist()), key=repr
     )

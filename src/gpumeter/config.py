@@ -166,6 +166,13 @@ class Cluster(_Model):
     name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
     source: Source
     cluster_label: str = Field("cluster", description="Series label naming the cluster (R: vocabulary).")
+    scrape_interval_seconds: int | None = Field(
+        None,
+        gt=0,
+        le=3600,
+        description="Δ of this cluster's exporters, where it differs from the pool's scrape_interval_seconds "
+        "(docs/rules.md).",
+    )
 
 
 def _mig_profile_key(profile: str) -> str:
@@ -602,6 +609,12 @@ class Config(_Model):
             if cluster.name == name:
                 return cluster
         raise KeyError(name)
+
+    def scrape_interval_of(self, cluster: str) -> int:
+        """Δ of a cluster's samples (R1): its own `scrape_interval_seconds`, else the pool's. A cluster the
+        config no longer names (its stored days are still read) has the pool's."""
+        own = next((c.scrape_interval_seconds for c in self.clusters if c.name == cluster), None)
+        return own if own is not None else self.scrape_interval_seconds
 
 
 def select_clusters(config: Config, clusters: Iterable[str] | None) -> list[str]:

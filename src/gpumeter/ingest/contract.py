@@ -34,9 +34,10 @@ def day_bounds_ms(day: date) -> tuple[int, int]:
     return int(start.timestamp() * 1000), int((start + timedelta(days=1)).timestamp() * 1000)
 
 
-def lookback_ms(config: Config) -> int:
-    """How far before the day the raw inputs must reach: the last counter and pod/node state samples."""
-    return max(config.kube_lookback_seconds, 2 * config.scrape_interval_seconds) * 1000
+def lookback_ms(config: Config, cluster: str) -> int:
+    """How far before the day a cluster's raw inputs must reach: the last counter and pod/node state
+    samples."""
+    return max(config.kube_lookback_seconds, 2 * config.scrape_interval_of(cluster)) * 1000
 
 
 @dataclass(frozen=True)

@@ -43,9 +43,9 @@ def pull_raw_day(
     snapshots: dict[str, K8sSnapshot] = {}
     try:
         # Fetch every cluster before storing any: a source that fails leaves every stored day untouched.
-        lookback = lookback_ms(config)
         for name in names:
             source = sources[name]
+            lookback = lookback_ms(config, name)
             if isinstance(source, PartedRawSource):
                 parts = source.fetch_day_parts(name, day, lookback)
             else:

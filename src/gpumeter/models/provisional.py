@@ -105,7 +105,7 @@ def meter_day_so_far(
     try:
         # Fetched before the lock, as the nightly pull does: a slow source never holds a day's lock.
         source = source_for(cluster)
-        lookback = lookback_ms(config)
+        lookback = lookback_ms(config, cluster)
         if isinstance(source, PartedRawSource):
             parts = source.fetch_day_parts(cluster, day, lookback)
         else:

@@ -44,15 +44,15 @@ def _set_variables(
         "day": day.isoformat(),
         "day_start_ms": start_ms,
         "day_end_ms": end_ms,
-        "window_start_ms": start_ms - lookback_ms(config),
+        "window_start_ms": start_ms - lookback_ms(config, cluster),
         "lookback_ms": config.kube_lookback_seconds * 1000,
-        "scrape_s": float(config.scrape_interval_seconds),
+        "scrape_s": float(config.scrape_interval_of(cluster)),
         "idle_threshold": config.idle_threshold,
         "idle_policy": config.idle_policy,
         "tariff": config.tariff,
         "energy_price_per_kwh": config.rate_card.energy_price_per_kwh,
         "energy_price_units": price_units(config.rate_card.energy_price_per_kwh) or 0,
-        "scrape_ms": config.scrape_interval_seconds * 1000,
+        "scrape_ms": config.scrape_interval_of(cluster) * 1000,
         "weight_scale": WEIGHT_SCALE,
         "money_units_base": str(MONEY_UNITS_BASE),  # beyond BIGINT: cast to HUGEINT in SQL
         # hybrid's reserved fraction in millionths (config allows 6 decimals), exact.

@@ -91,7 +91,10 @@ def build_day_assets(partitions_def: MultiPartitionsDefinition) -> list[AssetsDe
             name = spec.key.path[-1]
             yield MaterializeResult(
                 asset_key=spec.key,
-                metadata={"rows": MetadataValue.int(counts.get(name, 0)), "lookback_ms": lookback_ms(config)},
+                metadata={
+                    "rows": MetadataValue.int(counts.get(name, 0)),
+                    "lookback_ms": lookback_ms(config, cluster),
+                },
             )
 
     @multi_asset(

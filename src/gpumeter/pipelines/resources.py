@@ -35,7 +35,7 @@ class GpumeterConfigResource(ConfigurableResource):
         if isinstance(spec, ParquetSource):
             return ParquetRawSource(spec.path)
         return PrometheusResource(**spec.model_dump(exclude={"kind"})).raw_source(
-            cluster, cluster_spec.cluster_label, self.config.scrape_interval_seconds
+            cluster, cluster_spec.cluster_label, self.config.scrape_interval_of(cluster)
         )
 
 

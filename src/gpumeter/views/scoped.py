@@ -508,18 +508,32 @@ class Views:
         sql = f"select distinct cluster, node from int_device_categories where {where.sql} order by all"
         return [(r[0], r[1]) for r in self.con.execute(sql, where.params).fetchall()]
 
-    @staticmethod
-    def _per_gpu_hour(where: _Where) -> str:
-        """Per GPU and UTC hour: held, busy and observed GPU-seconds (observed: its sample times × Δ)."""
-        return f"""
+    def _delta(self, cluster_col: str) -> tuple[str, list[object]]:
+        """Δ of each row's cluster (R1) as SQL and its parameters: a cluster's own scrape interval where the
+        config gives one, else the pool's."""
+        own = [
+            (c.name, c.scrape_interval_seconds) for c in self._config.clusters if c.scrape_interval_seconds
+        ]
+        pool = self._config.scrape_interval_seconds
+        if not own:
+            return "?", [pool]
+        whens = " ".join(f"when {cluster_col} = ? then ?" for _ in own)
+        return f"(case {whens} else ? end)", [*(v for pair in own for v in pair), pool]
+
+    def _per_gpu_hour(self, where: _Where) -> tuple[str, list[object]]:
+        """Per GPU and UTC hour: held, busy and observed GPU-seconds (observed: its sample times × Δ), and
+        the query's parameters."""
+        delta, params = self._delta("cluster")
+        sql = f"""
             select cluster, node, uuid, any_value(gpu_model) as gpu_model,
                    time_bucket(interval 1 hour, make_timestamp(ts_ms * 1000)) as hour,
                    coalesce(sum(gpu_seconds) filter (where is_held), 0) as held_seconds,
                    coalesce(sum(gpu_seconds * coalesce(busy, 0)), 0) as busy_seconds,
-                   count(distinct ts_ms) * ? as observed_seconds
+                   count(distinct ts_ms) * {delta} as observed_seconds
             from int_device_categories where {where.sql}
             group by cluster, node, uuid, hour
         """
+        return sql, [*params, *where.params]
 
     @_cached("int_device_categories")
     def gpu_hourly_heatmap(
@@ -527,15 +541,14 @@ class Views:
     ) -> pl.DataFrame:
         """Per GPU and UTC hour: allocated share (held GPU-seconds ÷ observed) and busy share (R10, R11); of
         one (cluster, node) when `node` is given (the drill-down of a grouped heatmap)."""
-        where = self._heatmap_where(viewer, filters, node)
+        per_gpu_hour, params = self._per_gpu_hour(self._heatmap_where(viewer, filters, node))
         sql = f"""
             select cluster, node, uuid, gpu_model, hour,
                    held_seconds / observed_seconds as allocated, busy_seconds / observed_seconds as busy
-            from ({self._per_gpu_hour(where)})
+            from ({per_gpu_hour})
             order by node, uuid, hour
         """
-        delta = self._config.scrape_interval_seconds
-        return self._frame(sql, [delta, *where.params], ("int_device_categories",))
+        return self._frame(sql, params, ("int_device_categories",))
 
     @_cached("int_device_categories")
     def grouped_hourly_heatmap(self, viewer: Viewer, filters: Filters, by: str) -> pl.DataFrame:
@@ -544,18 +557,17 @@ class Views:
         time it was observed), and the observed GPU-hours."""
         if by not in HEATMAP_GROUPS:  # a column name reaches SQL text: only the fixed ones
             raise ValueError(f"unknown heatmap grouping {by!r}: one of {', '.join(HEATMAP_GROUPS)}")
-        where = self._heatmap_where(viewer, filters)
+        per_gpu_hour, params = self._per_gpu_hour(self._heatmap_where(viewer, filters))
         group = ", ".join(HEATMAP_GROUPS[by])
         sql = f"""
             select {group}, hour, count(*) as gpus,
                    sum(held_seconds) / sum(observed_seconds) as allocated,
                    sum(busy_seconds) / sum(observed_seconds) as busy,
                    sum(observed_seconds) / 3600 as observed_gpu_hours
-            from ({self._per_gpu_hour(where)})
+            from ({per_gpu_hour})
             group by {group}, hour order by {group}, hour
         """
-        delta = self._config.scrape_interval_seconds
-        return self._frame(sql, [delta, *where.params], ("int_device_categories",))
+        return self._frame(sql, params, ("int_device_categories",))
 
     @_cached("stranded_capacity")
     def stranded_capacity(self, viewer: Viewer, filters: Filters) -> pl.DataFrame:
@@ -635,6 +647,7 @@ class Views:
         where.add(
             "c.ts_ms >= ? and c.ts_ms < ?", _epoch_ms(filters.period.start), _epoch_ms(filters.period.end)
         )
+        delta, delta_params = self._delta("c.cluster")
         sql = f"""
             with tenants as (
                 select distinct cluster, day, device_id, namespace, pod, tenant from device_seconds
@@ -642,7 +655,7 @@ class Views:
             select c.cluster, t.tenant, h.namespace, h.pod, c.gpu_model,
                    coalesce(c.mig_profile, 'whole GPU') as mig_profile,
                    sum(cast(c.gpu_seconds * h.share as decimal(38, 12))) / 3600 as idle_gpu_hours,
-                   sum(cast(? / 3600.0 * s.device_price_per_hour * h.share as decimal(38, 12))) as idle_cost
+                   sum(cast({delta} / 3600.0 * s.device_price_per_hour * h.share as decimal(38, 12))) as idle_cost
             from int_device_categories as c
             join int_device_holders as h on h.device_id = c.device_id and h.ts_ms = c.ts_ms
             join int_device_samples as s on s.device_id = c.device_id and s.ts_ms = c.ts_ms
@@ -654,7 +667,7 @@ class Views:
         """
         return self._frame(
             sql,
-            [self._config.scrape_interval_seconds, *where.params],
+            [*delta_params, *where.params],
             ("int_device_categories", "int_device_holders", "int_device_samples", "device_seconds"),
         )
 

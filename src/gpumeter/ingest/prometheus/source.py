@@ -67,7 +67,7 @@ class PrometheusRawSource:
     """A `RawSource` reading raw samples from a PromQL HTTP API (docs/prometheus.md).
 
     `cluster` is the configured cluster name (the `cluster` column where a series has no `cluster_label`
-    label). `scrape_interval_seconds` is Δ (the config's top-level field, R1): the replica dedupe's
+    label). `scrape_interval_seconds` is the cluster's Δ (`Config.scrape_interval_of`, R1): the replica dedupe's
     unit. The other keyword arguments tune the pull and are not config fields yet. One `fetch_day` at a time
     per instance (it runs its own pool of `max_concurrent_queries` threads).
 

@@ -80,7 +80,7 @@ Replica = tuple[str, ...]
 class ReplicaDedupe:
     """The union of HA replicas' scrapes, one sample per scrape (R1; see the module docstring).
 
-    `scrape_interval_ms` is Δ (the config's `scrape_interval_seconds`): two replicas' samples of one target
+    `scrape_interval_ms` is the cluster's Δ (`Config.scrape_interval_of`): two replicas' samples of one target
     less than Δ/2 apart are one scrape. `url` names the server in warnings."""
 
     replica_labels: tuple[str, ...]
@@ -196,7 +196,7 @@ class ReplicaDedupe:
         log.warning(
             "Prometheus %s: target %s (replica %s) is scraped every %g s, but scrape_interval_seconds is %g: "
             "its replicas' samples of one scrape may lie more than half of that apart and count twice (R1); "
-            "set scrape_interval_seconds to the scrape interval",
+            "set scrape_interval_seconds (the cluster's own, or the pool's) to the scrape interval",
             self.url,
             name,
             ",".join(v for v in replica if v),
