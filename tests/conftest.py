@@ -13,6 +13,9 @@ CI_BINARIES = {"prometheus": "prometheus", "promtool": "prometheus", "chromium":
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    # No dashboard warm-up thread in the test process or the servers it starts: a test of the dashboard sees
+    # the reads its own page views make (tests/test_dashboard_warmup.py starts the warm-up where it tests it).
+    os.environ["GPUMETER_DASHBOARD_WARMUP_S"] = "0"
     if os.environ.get("CI") != "true":
         return
     missing = sorted({package for binary, package in CI_BINARIES.items() if shutil.which(binary) is None})

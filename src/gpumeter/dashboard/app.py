@@ -14,6 +14,7 @@ import streamlit as st
 
 from gpumeter.billing.invoices import Period
 from gpumeter.config import CONFIG_ENV, DEMO_DIR, Config, ConfigError, load_config
+from gpumeter.dashboard import warmup
 from gpumeter.dashboard.common import Context, remember
 from gpumeter.storage.warehouse import Warehouse
 from gpumeter.views.scoped import Filters, Viewer, ViewerError, Views, local_viewer, viewer_for_identity
@@ -43,8 +44,11 @@ TENANT = [
 ]
 
 
-def _config() -> Config:
-    path = Path(os.environ.get(CONFIG_ENV) or DEMO_DIR / "config.yaml")
+def _config_path() -> Path:
+    return Path(os.environ.get(CONFIG_ENV) or DEMO_DIR / "config.yaml")
+
+
+def _config(path: Path) -> Config:
     if not path.exists():
         st.error(
             f"No gpumeter config at {path}. Run `make demo` to meter the simulated factory, or set "
@@ -103,8 +107,7 @@ def _viewer(config: Config) -> Viewer:
 
 def _filters(views: Views, viewer: Viewer) -> Filters | None:
     options = views.options(viewer)
-    # A month whose only figures so far are today's provisional ones (its 1st) is a period to pick too.
-    periods = sorted(set(options.periods) | set(views.provisional_periods()), reverse=True)
+    periods = warmup.periods(views, viewer)  # what the warm-up reads first is what a view opens on
     with st.sidebar:
         st.caption(f"Viewing as **{viewer.label}** ({viewer.identity})")
         if _auth_configured() and st.user.get("is_logged_in", False):
@@ -130,7 +133,10 @@ def _pages(entries: list[tuple[str, str, str]]) -> list[st.Page]:
 
 def main() -> None:
     st.set_page_config(page_title="gpumeter", page_icon=":material/memory:", layout="wide")
-    config = _config()
+    path = _config_path()
+    config = _config(path)
+    # Every page's reads made in the background, so that no viewer waits for a first read (warmup.py).
+    warmup.start(path, _auth_configured())
     viewer = _viewer(config)
     # One page view: cached reads (views/cache.py), each table listed once for the run.
     views = Views(Warehouse.of(config.warehouse), config, snapshot=True)

@@ -172,6 +172,11 @@ class ReadCache:
     def __len__(self) -> int:
         return len(self._entries)
 
+    @property
+    def used_bytes(self) -> int:
+        """The memory the kept results take, roughly (`_size`)."""
+        return self._bytes
+
     def list_keys(self) -> list[Hashable]:
         with self._lock:
             return list(self._entries)
