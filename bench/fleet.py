@@ -354,17 +354,22 @@ def step_dashboard(ws: Workspace) -> Measure:
 
 @contextmanager
 def dashboard_server(
-    ws: Workspace, log: Path, cache_mb: int | None = None, flags: tuple[str, ...] = ()
+    ws: Workspace,
+    log: Path,
+    cache_mb: int | None = None,
+    flags: tuple[str, ...] = (),
+    warmup_s: float = 0,
 ) -> Iterator[str]:
     """`streamlit run` of the app on 127.0.0.1 over the workspace (finance in local mode); yields its URL.
     `cache_mb` sets the dashboard's read cache (0: off), None leaves the default; `flags` are more options
-    of `streamlit run`."""
+    of `streamlit run`; `warmup_s` the seconds between warm-up rounds (0: no warm-up)."""
     import socket
 
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    env = {**os.environ, "GPUMETER_CONFIG": str(ws.config_path), "GPUMETER_DASHBOARD_VIEWER": "finance"}
+    env = {**os.environ, "GPUMETER_CONFIG": str(ws.config_path), "GPUMETER_DASHBOARD_VIEWER": "finance",
+           "GPUMETER_DASHBOARD_WARMUP_S": str(warmup_s)}  # fmt: skip
     if cache_mb is not None:
         env["GPUMETER_DASHBOARD_CACHE_MB"] = str(cache_mb)
     command = [str(Path(sys.executable).parent / "streamlit"), "run", str(DASHBOARD_APP),
@@ -469,6 +474,19 @@ def _viewers_at_once(url: str, pages: dict[str, str], viewers: int) -> list[dict
 
 # Streamlit runs a full garbage collection after every script run unless told not to: measured both ways.
 NO_POST_RUN_GC = ("--runner.postScriptGC", "false")
+# Seconds between the warm-up's rounds in the passes that measure it: short, so a round follows a change soon.
+BENCH_WARMUP_S = 1.0
+
+
+def remeter_day(ws: Workspace, day: date) -> int:
+    """A day re-metered as the pipeline replaces it: each mart file of the day written anew and renamed over
+    the old one (the same rows: a new version of every table, as after the nightly run). Returns the files."""
+    from gpumeter.storage.files import atomic_write_bytes
+
+    files = sorted((ws.warehouse / "marts").glob(f"*/cluster=*/day={day.isoformat()}/data.parquet"))
+    for path in files:
+        atomic_write_bytes(path, path.read_bytes())
+    return len(files)
 
 
 def step_dashboard_viewers(ws: Workspace, viewers: int) -> Measure:
@@ -476,8 +494,10 @@ def step_dashboard_viewers(ws: Workspace, viewers: int) -> Measure:
     one process, as deployed). wall_s is the slowest page view of any viewer, the server's cache cold at the
     start; extra has each viewer's slowest page, and beside it, measured in the same run: one viewer alone
     (cold), the same viewers again (cache warm), the same two passes with Streamlit's garbage collection
-    after every script run turned off (`gc_off`), and the viewers at once with the cache off. Each server is
-    started afresh and makes one page view (the default page) before the viewers come: its imports."""
+    after every script run turned off (`gc_off`) and then right after a day is re-metered, the viewers at
+    once with the cache off, and with the warm-up on: right after the start, and after a re-metered day
+    once a round has read it. Each server is started afresh and makes one page view (the default page)
+    before the viewers come: its imports (and the warm-up's start)."""
     logs = ws.root / "dashboard-logs"
     logs.mkdir(exist_ok=True)
 
@@ -504,6 +524,19 @@ def step_dashboard_viewers(ws: Workspace, viewers: int) -> Measure:
         pages = warmed(url)
         passes["cold_gc_off"] = _viewers_at_once(url, pages, viewers)
         passes["warm_gc_off"] = _viewers_at_once(url, pages, viewers)
+        # The nightly run replaced a day: without the warm-up the first viewers read the new files.
+        remeter_day(ws, ws.day_list[-1])
+        passes["re_metered_gc_off"] = _viewers_at_once(url, pages, viewers)
+    # With the warm-up: viewers right after the start (its first round still reading), then after a day is
+    # re-metered, once a round has had the time to read it (twice one viewer's cold views of every page).
+    settle = max(5.0, 2 * sum(results["alone"].values()))
+    results["warm_up_settle_s"] = round(settle, 1)
+    with dashboard_server(ws, logs / "warm-up.log", flags=NO_POST_RUN_GC, warmup_s=BENCH_WARMUP_S) as url:
+        pages = warmed(url)
+        passes["cold_warm_up_gc_off"] = _viewers_at_once(url, pages, viewers)
+        remeter_day(ws, ws.day_list[-1])
+        time.sleep(settle)
+        passes["re_metered_warmed_up_gc_off"] = _viewers_at_once(url, pages, viewers)
     with dashboard_server(ws, logs / "uncached.log", cache_mb=0) as url:
         pages = warmed(url)
         passes["uncached"] = _viewers_at_once(url, pages, viewers)

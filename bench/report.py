@@ -125,6 +125,9 @@ def viewer_rows(viewers: dict[str, Any] | None) -> list[tuple[str, str, str]]:
         "warm": "cache warm",
         "cold_gc_off": "cache cold, no post-run GC",
         "warm_gc_off": "cache warm, no post-run GC",
+        "re_metered_gc_off": "a day just re-metered, no post-run GC",
+        "cold_warm_up_gc_off": "warm-up on, right after the start, no post-run GC",
+        "re_metered_warmed_up_gc_off": "warm-up on, a day re-metered and warmed, no post-run GC",
         "uncached": "cache off",
     }
     rows = []

@@ -276,8 +276,11 @@ def test_concurrent_viewers_step_times_each_viewers_pages(config_path: Path, con
     extra = measure.extra
     pages = set(fleet.DASHBOARD_PAGES)
     assert set(extra["alone"]) == pages
-    for name in ("cold", "warm", "cold_gc_off", "warm_gc_off", "uncached"):
+    passes = ("cold", "warm", "cold_gc_off", "warm_gc_off", "re_metered_gc_off", "cold_warm_up_gc_off",
+              "re_metered_warmed_up_gc_off", "uncached")  # fmt: skip
+    for name in passes:
         assert len(extra[name]) == 2 and all(set(run) == pages for run in extra[name])
         assert extra[f"{name}_slowest_per_viewer"] == [max(run.values()) for run in extra[name]]
     assert measure.wall_s == max(extra["cold_slowest_per_viewer"]) > 0
     assert extra["server_peak_rss_mib"] > 0
+    assert extra["warm_up_settle_s"] >= 5

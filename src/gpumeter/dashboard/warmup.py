@@ -158,6 +158,10 @@ def start(config_path: Path, signed_in: bool) -> WarmUp | None:
     with _LOCK:
         running = _RUNNING.get(key)
         if running is None or not running.thread.is_alive():
+            # Imported here, in the script's thread, before the warm-up's exists: reads import pandas lazily
+            # (DuckDB's and polars' conversions), and two threads importing it at once can see it half made.
+            import pandas  # noqa: F401
+
             running = _RUNNING[key] = WarmUp(config_path, signed_in, seconds)
             running.thread.start()
         return running
