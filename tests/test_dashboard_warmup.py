@@ -18,20 +18,8 @@ from gpumeter.pipelines.launch import meter_days
 from gpumeter.views.cache import READS, ReadCache
 from gpumeter.views.scoped import Viewer
 from tests.builders import edit_config
+from tests.test_dashboard_pages import FINANCE_PAGES, TENANT_PAGES
 from tests.test_views import DAYS, ROLES_YAML, build_metered
-
-FINANCE_PAGES = [
-    "charges",
-    "budgets",
-    "invoices",
-    "capacity",
-    "mig",
-    "idle",
-    "rightsizing",
-    "data_quality",
-    "usage",
-]
-TENANT_PAGES = ["usage", "charges", "budgets", "invoices", "idle", "rightsizing"]
 
 
 @pytest.fixture(scope="module")
