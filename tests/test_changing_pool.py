@@ -308,7 +308,7 @@ def through_prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dic
                 kind="prometheus", url=server.url, selector=f'cluster="{name}"', **specs.get(name, {})
             )
             source = PrometheusRawSource(spec, name, scrape_interval_seconds=60)
-            lookback = lookback_ms(case.config())
+            lookback = lookback_ms(case.config(), name)
             raw = concat_parts(source.fetch_day_parts(name, DAY, lookback))
             # Really pulled: every DCGM row of the day, kube rows with the scrape target Prometheus names.
             assert raw.dcgm.num_rows == case.build().build().dcgm.num_rows, name
@@ -337,7 +337,7 @@ class Metered:
                 self.done[name, path] = _meter(f.build(), name)
             else:
                 root = f.write_parquet_source(self.tmp / name)
-                lookback = lookback_ms(CASES[name].config())
+                lookback = lookback_ms(CASES[name].config(), name)
                 self.done[name, path] = _meter(ParquetRawSource(root).fetch_day(name, DAY, lookback), name)
         return self.done[name, path]
 

@@ -59,7 +59,7 @@ def raw_day(spec: simulator.FactorySpec, day: date) -> RawDay:
     parts_dcgm, parts_kube = [today.dcgm], [today.kube]
     if day > spec.start:
         before = simulator.simulate_day(spec, day - timedelta(days=1))
-        cutoff = (day - date(1970, 1, 1)).days * 86_400_000 - lookback_ms(config_for(spec))
+        cutoff = (day - date(1970, 1, 1)).days * 86_400_000 - lookback_ms(config_for(spec), spec.cluster)
         parts_dcgm.insert(0, before.dcgm.filter(pa.compute.greater_equal(before.dcgm["ts_ms"], cutoff)))
         parts_kube.insert(0, before.kube.filter(pa.compute.greater_equal(before.kube["ts_ms"], cutoff)))
     return RawDay(
