@@ -400,7 +400,7 @@ def test_a_day_is_pulled_one_row_group_at_a_time_and_stored_whole(tmp_path: Path
     day_b = _good_rows([D0 + 7, D1 + 5, 915_148_800_000] * 40)
     _source_day(source, DAY, {"part-00000.parquet": day_a, "part-00001.parquet": day_b})
     config = make_config()
-    lookback = lookback_ms(config)
+    lookback = lookback_ms(config, "c1")
     assert 0 < lookback < 600_000  # part of yesterday's rows are in the window, part are not
     parts = list(ParquetRawSource(source).fetch_day_parts("c1", DAY, lookback))
     assert max(p.dcgm.num_rows for p in parts) <= 50 and len(parts) >= 300 // 50 + 120 // 50
