@@ -113,7 +113,7 @@ class PrometheusSource(_Model):
     )
     min_chunk_seconds: int = Field(60, ge=1, description="Smallest window when the server says too large.")
     dedupe_bucket_seconds: int = Field(
-        3600, ge=1, description="The pull's part size (one part is held in memory at a time); divides a day."
+        3600, ge=1, description="The pull's part size (two parts at most are held in memory); divides a day."
     )
     pushdown: bool = Field(True, description="Ask aggregates first where that stays exact (XID errors).")
 

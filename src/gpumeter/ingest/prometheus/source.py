@@ -140,7 +140,7 @@ class PrometheusRawSource:
 
     def fetch_day_parts(self, cluster: str, day: date, lookback_ms: int) -> Iterator[RawDay]:
         """The same rows as `fetch_day` (in another order), one part of `dedupe_bucket_seconds` (an hour by
-        default) at a time, the DRA objects last: a pull holds one part's samples, not the day's
+        default) at a time, the DRA objects last: a pull holds two parts' samples at most, not the day's
         (ingest.pull writes each part as it comes). Replica dedupe looks a few Δ beyond each part (its
         margins are fetched with it) and keeps exactly the samples the whole stream's dedupe keeps, so the
         parts together are the day, also where a scrape's replica samples straddle a part edge."""
