@@ -14,7 +14,8 @@ time is measured by the child around the work only (interpreter start-up exclude
   pandas        (c) bench/pandas_meter.py over the same raw Parquet
   promql        (d) sum by namespace of count_over_time × price, against a real Prometheus
   prom_pull     (e) gpumeter's Prometheus pull of that day, staged part by part (gpumeter.billing.month.pull_raw_day)
-  bare_http     the same HTTP requests as (e), replayed with urllib: bodies fetched, nothing parsed
+  bare_http     the same HTTP requests as (e), replayed with urllib in the same encoding: bodies fetched
+                (and gunzipped), nothing parsed
   rollup        the monthly invoice roll-up (gpumeter.billing.month.roll_up_month)
   dashboard     every page of the app through Streamlit's AppTest, one viewer (the slowest page)
   dashboard_viewers  `--viewers` viewers at once through the real server (each viewer's slowest page)
@@ -25,6 +26,7 @@ The machine is shared and noisy: ratios of steps measured side by side are the f
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 import os
 import platform
@@ -698,21 +700,25 @@ def recording_proxy(upstream: str, log: list[str]) -> Iterator[str]:
         server.server_close()
 
 
-def _prometheus_source(url: str) -> Any:
+def _prometheus_source(url: str, encoding: str = "gzip") -> Any:
     from gpumeter.config import PrometheusSource
     from gpumeter.ingest.prometheus import PrometheusRawSource
 
-    return PrometheusRawSource(PrometheusSource(kind="prometheus", url=url), cluster=CLUSTER)
+    return PrometheusRawSource(
+        PrometheusSource(kind="prometheus", url=url, encoding=encoding), cluster=CLUSTER
+    )
 
 
-def _pull_day(ws: Workspace, url: str, day: date, into: Path) -> tuple[Any, dict[str, int]]:
+def _pull_day(
+    ws: Workspace, url: str, day: date, into: Path, encoding: str = "gzip"
+) -> tuple[Any, dict[str, int]]:
     """gpumeter's pull of `day` as the `raw_samples` asset runs it: the source hands the day over one dedupe
     bucket (an hour) at a time and each part is staged into a warehouse's raw zone (`pull_raw_day`)."""
     from gpumeter.config import load_config
     from gpumeter.ingest.pull import pull_raw_day
     from gpumeter.storage.warehouse import Warehouse
 
-    source = _prometheus_source(url)
+    source = _prometheus_source(url, encoding)
     shutil.rmtree(into, ignore_errors=True)
     try:
         counts = pull_raw_day(
@@ -727,16 +733,21 @@ def _pull_day(ws: Workspace, url: str, day: date, into: Path) -> tuple[Any, dict
     return source, counts
 
 
-def step_prom_pull(ws: Workspace, url: str, day: date) -> Measure:
+def step_prom_pull(ws: Workspace, url: str, day: date, encoding: str) -> Measure:
     started = time.perf_counter()
-    source, counts = _pull_day(ws, url, day, ws.root / "pulled")
+    source, counts = _pull_day(ws, url, day, ws.root / "pulled", encoding)
     wall = time.perf_counter() - started
     return Measure(
         "prom_pull",
         ws.gpus,
         wall,
         counts["raw_dcgm_samples"] + counts["raw_kube_samples"],
-        extra={"queries": source.queries, "bytes": source.bytes_received},
+        extra={
+            "queries": source.queries,
+            "bytes": source.bytes_received,
+            "wire_bytes": source.wire_bytes,
+            "encoding": encoding,
+        },
     )
 
 
@@ -750,22 +761,33 @@ def record_prom_requests(ws: Workspace, url: str, day: date) -> Path:
     return path
 
 
-def step_bare_http(ws: Workspace, url: str, requests_file: Path, concurrency: int) -> Measure:
+def step_bare_http(ws: Workspace, url: str, requests_file: Path, concurrency: int, encoding: str) -> Measure:
+    """The pull's requests with its `Accept-Encoding`: each body read whole and, if gzipped, decompressed
+    (the pull has to do as much before it can parse), nothing parsed."""
     requests = [json.loads(line) for line in requests_file.read_text(encoding="utf-8").splitlines() if line]
 
-    def fetch(item: dict[str, Any]) -> int:
+    def fetch(item: dict[str, Any]) -> tuple[int, int]:
         data = item["body"].encode() if item["method"] == "POST" else None
         request = urllib.request.Request(url + item["path"], data=data, method=item["method"])
+        request.add_header("Accept-Encoding", encoding)
         if data is not None:
             request.add_header("Content-Type", "application/x-www-form-urlencoded")
         with urllib.request.urlopen(request, timeout=600) as response:
-            return len(response.read())
+            wire = response.read()
+            gzipped = response.headers.get("Content-Encoding", "") == "gzip"
+        return len(wire), len(gzip.decompress(wire) if gzipped else wire)
 
     started = time.perf_counter()
     with ThreadPoolExecutor(concurrency) as pool:
-        received = sum(pool.map(fetch, requests))
+        sizes = list(pool.map(fetch, requests))
     wall = time.perf_counter() - started
-    return Measure("bare_http", ws.gpus, wall, 0, extra={"requests": len(requests), "bytes": received})
+    extra = {
+        "requests": len(requests),
+        "bytes": sum(body for _, body in sizes),
+        "wire_bytes": sum(wire for wire, _ in sizes),
+        "encoding": encoding,
+    }
+    return Measure("bare_http", ws.gpus, wall, 0, extra=extra)
 
 
 # --- the driver ---------------------------------------------------------------------------------
@@ -917,15 +939,35 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             report["prometheus_backfill_s"] = round(time.perf_counter() - started, 1)
             with PrometheusServer(tsdb) as server:
                 day = prom.start.isoformat()
+                pid = server.process.pid if server.process else 0
                 # Recorded in a child: the parent stays small (it forks every step).
                 run_child("record", prom, "--day", day, "--url", server.url)
                 requests_file = prom.root / "prom-requests.jsonl"
+
+                def on_prometheus(step: str, *extra: str) -> Measure:
+                    """A step with the CPU seconds Prometheus spent meanwhile (the load put on its server)."""
+                    before = _cpu_s(pid)
+                    m = measure(step, prom, "--url", server.url, *extra)
+                    m.extra["prometheus_cpu_s"] = round(_cpu_s(pid) - before, 2)
+                    return m
+
                 for _ in range(args.repeat):
-                    measure("promql", prom, "--day", day, "--url", server.url)
-                    measure("prom_pull", prom, "--day", day, "--url", server.url)
-                    measure("bare_http", prom, "--url", server.url, "--requests", str(requests_file))
+                    on_prometheus("promql", "--day", day)
+                    for encoding in args.prom_encodings.split(","):
+                        # Side by side: the pull, then the bare fetch of its requests in its encoding.
+                        on_prometheus("prom_pull", "--day", day, "--encoding", encoding)
+                        on_prometheus("bare_http", "--requests", str(requests_file), "--encoding", encoding)
                 report["prometheus_peak_rss_mib"] = _vm_hwm_mib(server.process.pid if server.process else 0)
     return report
+
+
+def _cpu_s(pid: int) -> float:
+    """utime + stime of a process so far (/proc/<pid>/stat), in seconds; 0 where it is not known."""
+    stat = Path(f"/proc/{pid}/stat")
+    if not pid or not stat.exists():
+        return 0.0
+    fields = stat.read_text().rsplit(")", 1)[1].split()  # after the command name, which may hold spaces
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _vm_hwm_mib(pid: int) -> float:
@@ -950,8 +992,8 @@ def child(args: argparse.Namespace) -> None:
         "dashboard": lambda: step_dashboard(ws),
         "dashboard_viewers": lambda: step_dashboard_viewers(ws, args.viewers),
         "promql": lambda: step_promql(ws, args.url, day),
-        "prom_pull": lambda: step_prom_pull(ws, args.url, day),
-        "bare_http": lambda: step_bare_http(ws, args.url, Path(args.requests), 4),
+        "prom_pull": lambda: step_prom_pull(ws, args.url, day, args.encoding),
+        "bare_http": lambda: step_bare_http(ws, args.url, Path(args.requests), 4, args.encoding),
         "record": lambda: Measure(
             "record", ws.gpus, 0.0, len(record_prom_requests(ws, args.url, day).read_text().splitlines())
         ),
@@ -992,6 +1034,11 @@ def main(argv: list[str] | None = None) -> int:
         default=0,
         help="concurrent dashboard viewers through the real server, after each `dashboard` step; 0 skips",
     )
+    r.add_argument(
+        "--prom-encodings",
+        default="gzip",
+        help="comma-separated Accept-Encodings to measure (e) and its bare fetch in: gzip, identity",
+    )
     r.add_argument("--repeat", type=int, default=1)
     r.add_argument(
         "--reuse", action="store_true", help="keep a workspace's generated raw files from an earlier run"
@@ -1005,6 +1052,7 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("--day")
     s.add_argument("--url")
     s.add_argument("--requests")
+    s.add_argument("--encoding", default="gzip", choices=["gzip", "identity"])
     s.add_argument("--viewers", type=int, default=10)
     s.add_argument("--result", required=True)
     s.set_defaults(func=child)

@@ -97,8 +97,15 @@ def test_harness_runs_every_step_on_a_tiny_fleet(tmp_path: Path) -> None:
         assert figure in figures
     if prom_gpus != "0":
         assert "e/bare HTTP at 8 GPUs" in figures
-        bare = report["measures"][-1]
-        assert bare["extra"]["requests"] == report["measures"][-2]["extra"]["queries"]
+        pull, bare = report["measures"][-2:]
+        assert bare["extra"]["requests"] == pull["extra"]["queries"]
+        # The same requests in the same encoding: the same bodies, gzipped on the wire (Prometheus
+        # compresses when asked), and Prometheus' CPU seconds read beside each step.
+        assert pull["extra"]["encoding"] == bare["extra"]["encoding"] == "gzip"
+        assert bare["extra"]["bytes"] == pull["extra"]["bytes"] > bare["extra"]["wire_bytes"] > 0
+        assert 0 < pull["extra"]["wire_bytes"] < pull["extra"]["bytes"]
+        assert pull["extra"]["prometheus_cpu_s"] >= 0 and bare["extra"]["prometheus_cpu_s"] >= 0
+        assert "Prometheus CPU s" in figures
     # A step's peak RSS is its own, not its parent's: Linux keeps in wait4's ru_maxrss the high-water mark
     # of the image a child was before exec (the parent's), so a big parent made every small step look big.
     ballast = bytearray(800 * 2**20)

@@ -94,6 +94,10 @@ class PrometheusSource(_Model):
     timeout_seconds: float = Field(60.0, gt=0)
     retries: int = Field(3, ge=0, le=20)
     max_concurrent_queries: int = Field(4, ge=1, le=64)
+    encoding: Literal["gzip", "identity"] = Field(
+        "gzip",
+        description="How answers travel: gzip (about a tenth of the bytes, more CPU on the server) or identity.",
+    )
     selector: str | None = Field(None, description='Added to every query, e.g. cluster="prod-a".')
     replica_labels: list[str] = Field(default_factory=lambda: ["prometheus_replica", "replica"])
     claims_file: str | None = Field(None, description="`kubectl get resourceclaims -A -o json` output.")
@@ -109,7 +113,7 @@ class PrometheusSource(_Model):
     )
     min_chunk_seconds: int = Field(60, ge=1, description="Smallest window when the server says too large.")
     dedupe_bucket_seconds: int = Field(
-        3600, ge=1, description="The pull's part size (one part is held in memory at a time); divides a day."
+        3600, ge=1, description="The pull's part size (two parts at most are held in memory); divides a day."
     )
     pushdown: bool = Field(True, description="Ask aggregates first where that stays exact (XID errors).")
 

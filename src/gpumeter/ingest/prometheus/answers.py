@@ -6,10 +6,12 @@ tables (gpumeter/ingest/schema.py), their labels normalized to the tables' colum
 from __future__ import annotations
 
 import json
+import operator
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
+import msgspec
 import numpy as np
 import pyarrow as pa
 
@@ -71,28 +73,80 @@ def append_series(into: SeriesByLabels, labels: dict[str, str], ts: np.ndarray, 
     entry.values.append(values)
 
 
-def validated(doc: Any, result_type: str = "matrix") -> list[dict[str, Any]]:
-    """`data.result` of an instant query's answer, once the answer is seen to be one of `result_type`:
-    `matrix` (raw samples of range selectors, every series named) or `vector` (an aggregate: labels only)."""
-    if not isinstance(doc, dict):
-        raise UnexpectedAnswer("not a JSON object")
-    if doc.get("status") != "success":
-        raise UnexpectedAnswer(f"status {doc.get('status')!r}: {doc.get('error', '')}")
-    data = doc.get("data")
-    if not isinstance(data, dict) or not isinstance(data.get("result"), list):
+class Sample(msgspec.Struct, array_like=True, gc=False):
+    """One `[seconds, "value"]` pair of a matrix answer. A struct the garbage collector does not track
+    (a tuple would be): a pull decodes tens of millions of them while holding much else."""
+
+    seconds: float
+    value: str
+
+
+class MatrixSeries(msgspec.Struct, gc=False):
+    """One series of a `matrix` answer as decoded: its labels and its `[seconds, "value"]` samples."""
+
+    metric: dict[str, str]
+    values: list[Sample]
+
+
+class VectorSeries(msgspec.Struct, gc=False):
+    """One series of a `vector` answer: only its labels are read (an aggregate's flag)."""
+
+    metric: dict[str, str]
+
+
+class _Data(msgspec.Struct, gc=False):
+    resultType: str | None = None  # noqa: N815 - the API's name
+    result: msgspec.Raw = msgspec.Raw()  # decoded once resultType is known, by the type it names
+
+
+class _Answer(msgspec.Struct, gc=False):
+    status: object = None
+    error: object = ""
+    data: _Data | None = None
+
+
+class NotJson(Exception):
+    """The body is not JSON at all (a cut or foreign body), as opposed to JSON of an unexpected shape."""
+
+
+_ANSWER = msgspec.json.Decoder(_Answer)
+_RESULTS: dict[str, msgspec.json.Decoder[Any]] = {
+    "matrix": msgspec.json.Decoder(list[MatrixSeries]),
+    "vector": msgspec.json.Decoder(list[VectorSeries]),
+}
+
+
+def decode_answer(body: bytes, result_type: str = "matrix") -> list[Any]:
+    """`data.result` of an instant query's answer, decoded straight into typed series (no generic JSON
+    objects), once the answer is seen to be one of `result_type`: `matrix` (raw samples of range selectors,
+    every series named: list[MatrixSeries]) or `vector` (an aggregate, labels only: list[VectorSeries]).
+    NotJson where the body is not JSON, UnexpectedAnswer where it is JSON of another shape."""
+    try:
+        answer = _ANSWER.decode(body)
+    except msgspec.ValidationError as exc:
+        raise UnexpectedAnswer(_shape_problem(exc, "the answer is")) from None
+    except (msgspec.DecodeError, UnicodeDecodeError) as exc:
+        raise NotJson(str(exc)) from None
+    if answer.status != "success":
+        raise UnexpectedAnswer(f"status {answer.status!r}: {answer.error or ''}")
+    data = answer.data
+    if data is None or not memoryview(data.result)[:1] == b"[":
         raise UnexpectedAnswer("no data.result list")
-    if data.get("resultType") != result_type:
-        raise UnexpectedAnswer(f"resultType {data.get('resultType')!r}, expected {result_type!r}")
-    for item in data["result"]:
-        if not isinstance(item, dict) or not isinstance(item.get("metric"), dict):
-            raise UnexpectedAnswer("a series without a `metric` object")
-        if result_type == "vector":
-            continue  # an aggregate: labels only are used, and they carry no __name__
-        if not isinstance(item.get("values"), list):
-            raise UnexpectedAnswer("a series without a `values` list")
-        if "__name__" not in item["metric"]:
-            raise UnexpectedAnswer("a series without __name__")
-    return data["result"]
+    if data.resultType != result_type:
+        raise UnexpectedAnswer(f"resultType {data.resultType!r}, expected {result_type!r}")
+    try:
+        result = _RESULTS[result_type].decode(data.result)
+    except msgspec.DecodeError as exc:  # the raw slice is valid JSON already: a shape problem
+        raise UnexpectedAnswer(_shape_problem(exc, "a series is")) from None
+    if result_type == "matrix":
+        for item in result:
+            if "__name__" not in item.metric:
+                raise UnexpectedAnswer("a series without __name__")
+    return result
+
+
+def _shape_problem(exc: Exception, what: str) -> str:
+    return f"{what} not in the API's shape: {exc}"
 
 
 def parse_timestamp_ms(ts: Any) -> int:
@@ -101,24 +155,58 @@ def parse_timestamp_ms(ts: Any) -> int:
     return round(float(ts) * 1000)
 
 
-def samples(values: list[Any], w0: int, w1: int) -> tuple[np.ndarray, np.ndarray]:
-    """The samples with w0 <= ts < w1 (the half-open window, R1/R2), as int64 ms and float64."""
+def samples(values: list[Sample], w0: int, w1: int) -> tuple[np.ndarray, np.ndarray]:
+    """The samples with w0 <= ts < w1 (the half-open window, R1/R2), as int64 ms and float64. Timestamps
+    as parse_timestamp_ms (rint rounds half to even, as round() does); values parsed as float() parses
+    them ("NaN", "+Inf", "-0" included)."""
+    n = len(values)
+    seconds = np.fromiter(map(_SECONDS, values), np.float64, n)
+    ts = np.rint(seconds * 1000).astype(np.int64)
     try:
-        ts = np.fromiter((parse_timestamp_ms(v[0]) for v in values), np.int64, len(values))
-        vals = np.fromiter((float(v[1]) for v in values), np.float64, len(values))
-    except (TypeError, ValueError, IndexError, OverflowError) as exc:
+        vals = np.array(list(map(_VALUE, values)), np.float64) if n else np.empty(0, np.float64)
+    except (TypeError, ValueError, OverflowError) as exc:
         raise UnexpectedAnswer(f'a sample is not [seconds, "value"]: {exc}') from None
     keep = (ts >= w0) & (ts < w1)
+    if keep.all():
+        return ts, vals
     return ts[keep], vals[keep]
 
 
-def _stack(series: list[Series]) -> tuple[np.ndarray, np.ndarray, pa.Array]:
-    """Every series' samples end to end, with each sample's series index (to repeat its labels)."""
+_SECONDS = operator.attrgetter("seconds")
+_VALUE = operator.attrgetter("value")
+
+
+def _sorted_rows(series: list[Series], keys: pa.Table) -> tuple[np.ndarray, np.ndarray, pa.Array]:
+    """Every series' samples end to end, in the order of a stable sort by (ts_ms, the series' `keys`
+    columns), with each row's series index (to repeat its labels). The same order as sorting the rows by
+    (ts_ms, *keys) in Arrow, but the strings are compared once per series, not once per sample: a series'
+    rank is its place in a stable sort of `keys` (ties by series order, as the rows' own tie order), and the
+    rows are sorted by (ts_ms, rank) as integers."""
     ts = np.concatenate([s.ts[0] for s in series])
     values = np.concatenate([s.values[0] for s in series])
     lengths = [len(s.ts[0]) for s in series]
-    index = pa.array(np.repeat(np.arange(len(series), dtype=np.int32), lengths))
-    return ts, values, index
+    by_keys = keys.sort_by([(name, "ascending") for name in keys.column_names]).column("series")
+    rank = np.empty(len(series), np.int64)
+    rank[by_keys.to_numpy()] = np.arange(len(series), dtype=np.int64)
+    index = np.repeat(np.arange(len(series), dtype=np.int32), lengths)
+    low = int(ts.min()) if len(ts) else 0
+    span = (int(ts.max()) - low + 1) if len(ts) else 1
+    if span * len(series) < 2**62:
+        order = np.argsort((ts - low) * len(series) + rank[index], kind="stable")
+    else:  # a window too long for one int64 key
+        order = np.lexsort((rank[index], ts))
+    return ts[order], values[order], pa.array(index[order])
+
+
+def _column(per_series: list[str | None], index: pa.Array) -> pa.Array:
+    """A per-series value repeated for each of its rows; a value shared by all series (often: the cluster,
+    the model, a null MIG id) without a gather."""
+    first = per_series[0]
+    if all(v == first for v in per_series):
+        if first is None:
+            return pa.nulls(len(index), pa.string())
+        return pa.repeat(pa.scalar(first, pa.string()), len(index))
+    return pa.array(per_series, pa.string()).take(index)
 
 
 def _first(labels: dict[str, str], names: tuple[str, ...]) -> str | None:
@@ -136,6 +224,10 @@ class SeriesMapping:
 
     cluster_label: str
     replica_labels: tuple[str, ...]
+    # Label set -> the series' constant columns: each series' labels are converted once per source.
+    _rows: dict[tuple[Any, ...], tuple[str | None, ...]] = field(
+        default_factory=dict, compare=False, repr=False
+    )
 
     def cluster_of(self, labels: dict[str, str], configured: str) -> str:
         return labels.get(self.cluster_label) or configured
@@ -145,25 +237,40 @@ class SeriesMapping:
         return {v for s in series if (v := s.labels.get(self.cluster_label)) and v != cluster}
 
     def dcgm_table(self, cluster: str, series: list[Series]) -> pa.Table:
-        """raw_dcgm_samples of merged series (one array of samples each)."""
+        """raw_dcgm_samples of merged series (one array of samples each), sorted by (ts_ms, metric,
+        hostname, uuid, gpu_i_id)."""
         if not series:
             return RAW_DCGM_SCHEMA.empty_table()
-        ts, values, index = _stack(series)
-        columns: dict[str, pa.Array] = {
-            "cluster": pa.array([self.cluster_of(s.labels, cluster) for s in series], pa.string()).take(
-                index
-            ),
-            "ts_ms": pa.array(ts, pa.int64()),
-            "metric": pa.array([s.labels["__name__"] for s in series], pa.string()).take(index),
-            "value": pa.array(values, pa.float64()),
-        }
-        for column, names in DCGM_LABEL_COLUMNS:
-            per_series = [_first(s.labels, names) for s in series]
-            columns[column] = pa.array(per_series, pa.string()).take(index)
-        table = pa.table(columns).select(RAW_DCGM_SCHEMA.names).cast(RAW_DCGM_SCHEMA)
-        return table.sort_by(
-            [(name, "ascending") for name in ("ts_ms", "metric", "hostname", "uuid", "gpu_i_id")]
+        rows = [self._dcgm_row(s.labels) for s in series]
+        per_series = {"cluster": [r[0] or cluster for r in rows], "metric": [r[1] for r in rows]}
+        for i, (column, _) in enumerate(DCGM_LABEL_COLUMNS, start=2):
+            per_series[column] = [r[i] for r in rows]
+        keys = pa.table(
+            {
+                "metric": pa.array(per_series["metric"], pa.string()),
+                **{k: pa.array(per_series[k], pa.string()) for k in ("hostname", "uuid", "gpu_i_id")},
+                "series": pa.array(np.arange(len(series), dtype=np.int64)),
+            }
         )
+        ts, values, index = _sorted_rows(series, keys)
+        columns = {name: _column(per_series[name], index) for name in per_series}
+        columns["ts_ms"] = pa.array(ts, pa.int64())
+        columns["value"] = pa.array(values, pa.float64())
+        return pa.table(columns).select(RAW_DCGM_SCHEMA.names).cast(RAW_DCGM_SCHEMA)
+
+    def _dcgm_row(self, labels: dict[str, str]) -> tuple[str | None, ...]:
+        """A series' constant columns (its cluster label, name, and DCGM_LABEL_COLUMNS), worked out once
+        per label set and pull source: the same series comes back in every window and part."""
+        key = ("dcgm", *sorted(labels.items()))
+        row = self._rows.get(key)
+        if row is None:
+            row = (
+                labels.get(self.cluster_label) or None,
+                labels["__name__"],
+                *(_first(labels, names) for _, names in DCGM_LABEL_COLUMNS),
+            )
+            self._rows[key] = row
+        return row
 
     def kube_labels(self, labels: dict[str, str]) -> str:
         """The `labels` column: the series' own labels as compact sorted JSON, without its name, cluster,
@@ -184,34 +291,64 @@ class SeriesMapping:
         return f"{job}/{instance}" if job or instance else None
 
     def kube_table(self, cluster: str, series: list[Series]) -> pa.Table:
-        """raw_kube_samples of merged series (one array of samples each)."""
+        """raw_kube_samples of merged series (one array of samples each), sorted by (ts_ms, metric, labels,
+        target)."""
         if not series:
             return RAW_KUBE_SCHEMA.empty_table()
-        ts, values, index = _stack(series)
+        rows = [self._kube_row(s.labels) for s in series]
+        per_series = {
+            "cluster": [r[0] or cluster for r in rows],
+            "metric": [r[1] for r in rows],
+            "labels": [r[2] for r in rows],
+            "target": [r[3] for r in rows],
+        }
+        keys = pa.table(
+            {
+                **{k: pa.array(per_series[k], pa.string()) for k in ("metric", "labels", "target")},
+                "series": pa.array(np.arange(len(series), dtype=np.int64)),
+            }
+        )
+        ts, values, index = _sorted_rows(series, keys)
         table = pa.table(
             {
-                "cluster": pa.array([self.cluster_of(s.labels, cluster) for s in series], pa.string()).take(
-                    index
-                ),
+                "cluster": _column(per_series["cluster"], index),
                 "ts_ms": pa.array(ts, pa.int64()),
-                "metric": pa.array([s.labels["__name__"] for s in series], pa.string()).take(index),
+                "metric": _column(per_series["metric"], index),
                 "value": pa.array(values, pa.float64()),
-                "labels": pa.array([self.kube_labels(s.labels) for s in series], pa.string()).take(index),
-                "target": pa.array([self.kube_target(s.labels) for s in series], pa.string()).take(index),
+                "labels": _column(per_series["labels"], index),
+                "target": _column(per_series["target"], index),
             }
-        ).cast(RAW_KUBE_SCHEMA)
-        return table.sort_by([(name, "ascending") for name in ("ts_ms", "metric", "labels", "target")])
+        )
+        return table.cast(RAW_KUBE_SCHEMA)
+
+    def _kube_row(self, labels: dict[str, str]) -> tuple[str | None, ...]:
+        """A series' constant columns (cluster label, name, `labels` JSON, `target`), once per label set."""
+        key = ("kube", *sorted(labels.items()))
+        row = self._rows.get(key)
+        if row is None:
+            row = (
+                labels.get(self.cluster_label) or None,
+                labels["__name__"],
+                self.kube_labels(labels),
+                self.kube_target(labels),
+            )
+            self._rows[key] = row
+        return row
 
 
 __all__ = [
     "DCGM_LABEL_COLUMNS",
     "TARGET_LABELS",
+    "MatrixSeries",
+    "NotJson",
+    "Sample",
     "Series",
     "SeriesByLabels",
     "SeriesMapping",
     "UnexpectedAnswer",
+    "VectorSeries",
     "append_series",
+    "decode_answer",
     "parse_timestamp_ms",
     "samples",
-    "validated",
 ]

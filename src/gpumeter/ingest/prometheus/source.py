@@ -38,7 +38,7 @@ from gpumeter.ingest.prometheus.answers import (
     samples,
 )
 from gpumeter.ingest.prometheus.promql import nonzero_screen_query, raw_samples_query
-from gpumeter.ingest.prometheus.transport import PrometheusTransport, TooLarge
+from gpumeter.ingest.prometheus.transport import PrometheusTransport, PullAborted, TooLarge
 from gpumeter.ingest.prometheus.windows import (
     ReplicaDedupe,
     Span,
@@ -71,8 +71,9 @@ class PrometheusRawSource:
     unit. The other keyword arguments tune the pull and are not config fields yet. One `fetch_day` at a time
     per instance (it runs its own pool of `max_concurrent_queries` threads).
 
-    `queries`, `bytes_received` and `samples_received` say what the last fetch moved over HTTP (attempts
-    included; raw samples, plus one per series of an aggregate answer)."""
+    `queries`, `bytes_received` (decoded), `wire_bytes` (as they travelled, compressed per `encoding`) and
+    `samples_received` say what the last fetch moved over HTTP (attempts included; raw samples, plus one
+    per series of an aggregate answer)."""
 
     def __init__(
         self,
@@ -116,6 +117,10 @@ class PrometheusRawSource:
     def bytes_received(self) -> int:
         return self.transport.bytes_received
 
+    @property
+    def wire_bytes(self) -> int:
+        return self.transport.wire_bytes
+
     # --- public ------------------------------------------------------------------------------
 
     def query_for(self, metric: str, window_ms: int, series: dict[str, str] | None = None) -> str:
@@ -135,7 +140,7 @@ class PrometheusRawSource:
 
     def fetch_day_parts(self, cluster: str, day: date, lookback_ms: int) -> Iterator[RawDay]:
         """The same rows as `fetch_day` (in another order), one part of `dedupe_bucket_seconds` (an hour by
-        default) at a time, the DRA objects last: a pull holds one part's samples, not the day's
+        default) at a time, the DRA objects last: a pull holds two parts' samples at most, not the day's
         (ingest.pull writes each part as it comes). Replica dedupe looks a few Δ beyond each part (its
         margins are fetched with it) and keeps exactly the samples the whole stream's dedupe keeps, so the
         parts together are the day, also where a scrape's replica samples straddle a part edge."""
@@ -143,9 +148,25 @@ class PrometheusRawSource:
         start = start_ms - max(0, int(lookback_ms))
         self._reset_counts()
         warned: set[tuple[str, str]] = set()
-        for w0, w1 in day_parts(start, end_ms, self.bucket_ms):
-            dcgm, kube = self._fetch_samples(cluster, w0, w1, warned)
-            yield RawDay(dcgm, kube)
+        parts = list(day_parts(start, end_ms, self.bucket_ms))
+        # One part ahead: the next part is fetched (its queries in flight, its answers decoded) while the
+        # caller writes this one. At most two parts are held.
+        ahead = ThreadPoolExecutor(1, thread_name_prefix="gpumeter-prom-part")
+        pending = ahead.submit(self._fetch_samples, cluster, *parts[0], warned) if parts else None
+        try:
+            for i in range(len(parts)):
+                assert pending is not None
+                dcgm, kube = pending.result()
+                pending = (
+                    ahead.submit(self._fetch_samples, cluster, *parts[i + 1], warned)
+                    if i + 1 < len(parts)
+                    else None
+                )
+                yield RawDay(dcgm, kube)
+        finally:
+            if pending is not None and not pending.done():
+                self.transport.abort()  # the caller stopped: the part ahead is not wanted
+            ahead.shutdown(wait=True, cancel_futures=True)
         allocations, devices, snapshot = self._k8s_objects(cluster, start, end_ms)
         yield RawDay(
             RAW_DCGM_SCHEMA.empty_table(), RAW_KUBE_SCHEMA.empty_table(), allocations, devices, snapshot
@@ -161,6 +182,7 @@ class PrometheusRawSource:
     # --- samples -----------------------------------------------------------------------------
 
     def _reset_counts(self) -> None:
+        self.transport.begin_fetch()
         self.transport.reset_counts()
         self.samples_received = 0
 
@@ -201,7 +223,10 @@ class PrometheusRawSource:
         self, series: SeriesByLabels, metrics: Sequence[str], screened: set[str], spans: Sequence[Span]
     ) -> None:
         """Raw samples of `metrics` in the half-open `spans`, each cut into `chunk_seconds` windows, queried
-        by a pool of `max_concurrent_queries` threads, added to `series` by label set."""
+        by a pool of `max_concurrent_queries` threads, added to `series` by label set. Each thread decodes
+        its own answer (the others' reads go on meanwhile). The first failure stops the pull: queued
+        queries are cancelled and running ones end before their next attempt (PullAborted), so a failing
+        server is not asked the rest of the day."""
         tasks = [(metric, w0, w1) for metric in metrics for w0, w1 in chunks(spans, self.chunk_ms)]
         with self.transport.pull() as stop:
             if not tasks:
@@ -219,10 +244,12 @@ class PrometheusRawSource:
                     for metric, w0, w1 in tasks
                 ]
                 wait(futures, return_when=FIRST_EXCEPTION)
-                for future in futures:
-                    if future.done() and future.exception() is not None:
-                        stop.set()
-                        future.result()  # raises the first failure (a SourceError)
+                if any(f.done() and f.exception() is not None for f in futures):
+                    stop.set()
+                    pool.shutdown(wait=True, cancel_futures=True)
+                    errors = [f.exception() for f in futures if not f.cancelled() and f.exception()]
+                    # The failure itself, not a query that stopped because of it.
+                    raise next((e for e in errors if not isinstance(e, PullAborted)), errors[0])
                 for future in futures:
                     for labels, ts, values in future.result():
                         append_series(series, labels, ts, values)
@@ -242,18 +269,20 @@ class PrometheusRawSource:
 
         def fetch(a: int, b: int) -> WindowSamples:
             if stop.is_set():
-                return []
+                raise PullAborted
             query = self.query_for(metric, b - a, series)
             out = []
+            received = 0
             for item in self.transport.query(query, b):
-                with self._count_lock:
-                    self.samples_received += len(item["values"])
+                received += len(item.values)
                 try:
-                    ts, values = samples(item["values"], a, b)
+                    ts, values = samples(item.values, a, b)
                 except UnexpectedAnswer as exc:
                     raise self.transport.unexpected_answer(query, b, exc) from None
                 if len(ts):
-                    out.append((item["metric"], ts, values))
+                    out.append((item.metric, ts, values))
+            with self._count_lock:
+                self.samples_received += received
             return out
 
         def refused(a: int, b: int, exc: TooLarge) -> Exception:
@@ -267,13 +296,13 @@ class PrometheusRawSource:
 
         def fetch(a: int, b: int) -> WindowSamples:
             if stop.is_set():
-                return []
+                raise PullAborted
             flagged = self.transport.query(self.screen_query_for(metric, b - a), b - 1, result_type="vector")
             with self._count_lock:
                 self.samples_received += len(flagged)
             out = []
             for item in flagged:
-                labels = item["metric"]
+                labels = item.metric
                 # Matchers also match series with more labels: keep only the flagged series itself.
                 wanted = {**labels, "__name__": metric}
                 out += [got for got in self._fetch_window(metric, a, b, stop, labels) if got[0] == wanted]

@@ -12,6 +12,7 @@ import logging
 import os
 import threading
 import time
+import zlib
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
@@ -24,7 +25,7 @@ from urllib3.util.retry import Retry
 
 from gpumeter.config import PrometheusSource
 from gpumeter.ingest.contract import SourceError, one_line
-from gpumeter.ingest.prometheus.answers import UnexpectedAnswer, validated
+from gpumeter.ingest.prometheus.answers import NotJson, UnexpectedAnswer, decode_answer
 
 log = logging.getLogger(__name__)
 
@@ -41,6 +42,11 @@ class Retryable(Exception):
         self.hint = hint
 
 
+class PullAborted(Exception):
+    """Another query of the pull has failed: this one stops (before its next attempt), so that a failing
+    server is not asked the rest of the pull's queries. Internal: the pull raises the first failure."""
+
+
 class TooLarge(Exception):
     """The server refused the window as too large (HTTP 422): split it."""
 
@@ -50,13 +56,17 @@ class _Client(PrometheusConnect):
     instant query: `custom_query` hides the HTTP status, `status`/`warnings` and the result type, which
     the retry policy and the validation need."""
 
-    def instant_query(self, query: str, eval_time: str, extra: dict[str, str]) -> requests.Response:
+    def instant_query(
+        self, query: str, eval_time: str, extra: dict[str, str], encoding: str
+    ) -> requests.Response:
         return self._session.request(
             method="GET",
             url=f"{self.url}/api/v1/query",
             params={"query": query, "time": eval_time, **extra},
             verify=self._session.verify,
-            headers=self.headers,
+            # Asked for explicitly (requests' default asks gzip and deflate); the body is decompressed as
+            # it is read (_read_within), which counts the bytes on the wire.
+            headers={**(self.headers or {}), "Accept-Encoding": encoding},
             auth=self.auth,
             cert=self._session.cert,
             timeout=self._timeout,
@@ -79,7 +89,8 @@ class PrometheusTransport:
     """Instant queries to one PromQL API (`spec.url`), retried per `spec.retries` with backoff from
     `backoff_seconds`. One HTTP client per thread of a pull (`pull()`), closed when the pull ends.
 
-    `queries` and `bytes_received` count what was moved since `reset_counts` (attempts included)."""
+    `queries`, `bytes_received` (bodies as decoded) and `wire_bytes` (bodies as they travelled, compressed
+    where `spec.encoding` is gzip) count what was moved since `reset_counts` (attempts included)."""
 
     def __init__(
         self,
@@ -95,14 +106,17 @@ class PrometheusTransport:
         self._local = threading.local()
         self._clients: list[_Client] = []
         self._stop = threading.Event()
+        self._aborted = threading.Event()
         self._headers: dict[str, str] = {}
         self.queries = 0
         self.bytes_received = 0
+        self.wire_bytes = 0
         self._count_lock = threading.Lock()
 
     def reset_counts(self) -> None:
         self.queries = 0
         self.bytes_received = 0
+        self.wire_bytes = 0
 
     # --- a pull ------------------------------------------------------------------------------
 
@@ -111,12 +125,23 @@ class PrometheusTransport:
         rotated token is used)."""
         self._headers = self._auth_headers()
 
+    def begin_fetch(self) -> None:
+        """A new fetch (a day, a window): what `abort` said of the last one no longer holds."""
+        self._aborted = threading.Event()
+
+    def abort(self) -> None:
+        """Stops this fetch: the running pull's queries stop before their next attempt, later pulls at once."""
+        self._aborted.set()
+        self._stop.set()
+
     @contextmanager
     def pull(self) -> Iterator[threading.Event]:
         """One pull's queries: fresh per-thread clients, and an event that, once set, stops every retry
         (one query has failed, the pull is over). On leaving, the event is set and the clients closed."""
         self._local = threading.local()
         self._stop = stop = threading.Event()
+        if self._aborted.is_set():
+            stop.set()
         try:
             yield stop
         finally:
@@ -143,19 +168,23 @@ class PrometheusTransport:
 
     # --- queries -----------------------------------------------------------------------------
 
-    def query(self, query: str, eval_ms: int, result_type: str = "matrix") -> list[dict[str, Any]]:
-        """`data.result` of the instant query `query` at `eval_ms`, retried; TooLarge where the server
-        refuses it as too large, else a SourceError once the attempts are spent."""
+    def query(self, query: str, eval_ms: int, result_type: str = "matrix") -> list[Any]:
+        """`data.result` of the instant query `query` at `eval_ms` as typed series (answers.decode_answer),
+        retried; TooLarge where the server refuses it as too large, else a SourceError once the attempts
+        are spent."""
         eval_time = prom_time(eval_ms)
         extra = {"timeout": f"{self.spec.timeout_seconds:g}s", "partial_response": "false"}
         attempts = self.spec.retries + 1
         last: Retryable | None = None
         made = 0
+        stop = self._stop
         for attempt in range(attempts):
-            if attempt and self._stop.is_set():
-                break  # another query failed: the pull is over
+            if stop.is_set():
+                raise PullAborted  # another query failed: the pull is over
             if attempt:
                 self._sleep(min(_BACKOFF_CAP_S, self.backoff_seconds * 2 ** (attempt - 1)))
+                if stop.is_set():
+                    raise PullAborted
             with self._count_lock:
                 self.queries += 1
             made += 1
@@ -197,15 +226,13 @@ class PrometheusTransport:
             "raise timeout_seconds, lower chunk_seconds, or check the server's load",
         )
 
-    def _attempt(
-        self, query: str, eval_time: str, extra: dict[str, str], result_type: str
-    ) -> list[dict[str, Any]]:
+    def _attempt(self, query: str, eval_time: str, extra: dict[str, str], result_type: str) -> list[Any]:
         # requests' timeout bounds each socket read; a server trickling its body would never hit it. The
         # deadline bounds the whole attempt (to within one read of _READ_CHUNK bytes).
         deadline = time.monotonic() + self.spec.timeout_seconds
         try:
-            response = self.client().instant_query(query, eval_time, extra)
-            body = _read_within(response, deadline)
+            response = self.client().instant_query(query, eval_time, extra, self.spec.encoding)
+            body, wire = _read_within(response, deadline)
         except requests.Timeout as exc:
             raise self._timeout_error(exc) from None
         except requests.exceptions.SSLError as exc:  # before ConnectionError, its base: retrying cannot help
@@ -236,6 +263,7 @@ class PrometheusTransport:
             ) from None
         status = response.status_code
         with self._count_lock:
+            self.wire_bytes += wire
             self.bytes_received += len(body)
         if status >= 500 or status == 429:
             raise Retryable(
@@ -256,14 +284,12 @@ class PrometheusTransport:
                 '(matchers such as cluster="prod-a")'
             )
         try:
-            doc = json.loads(body)
-        except (ValueError, UnicodeDecodeError) as exc:
+            return decode_answer(body, result_type)
+        except NotJson as exc:
             raise Retryable(
                 f"the response is not valid JSON ({exc}; {len(body)} bytes)",
                 "a proxy may have cut the response: lower chunk_seconds, or check proxies in front of the server",
             ) from None
-        try:
-            return validated(doc, result_type)
         except UnexpectedAnswer as exc:
             raise Retryable(exc.reason, exc.hint) from None
 
@@ -321,14 +347,33 @@ class PrometheusTransport:
         return sorted((v for v in values if len(v) >= 4), key=len, reverse=True)
 
 
-def _read_within(response: requests.Response, deadline: float) -> bytes:
-    """The whole body, or requests.Timeout once the deadline has passed between two reads."""
+def _read_within(response: requests.Response, deadline: float) -> tuple[bytes, int]:
+    """The whole body, decompressed where the server compressed it, and the bytes it took on the wire; or
+    requests.Timeout once the deadline has passed between two reads. The body is read as it travelled
+    (urllib3 does not count a chunked body's bytes) and decompressed here, chunk by chunk."""
     parts = []
+    wire = 0
+    decoder = _decoder(response.headers.get("Content-Encoding", ""))
     try:
-        for chunk in response.iter_content(_READ_CHUNK):
-            parts.append(chunk)
-            if time.monotonic() > deadline:
-                raise requests.Timeout("the response body took longer than timeout_seconds")
+        try:
+            for chunk in response.raw.stream(_READ_CHUNK, decode_content=False):
+                wire += len(chunk)
+                parts.append(decoder.decompress(chunk) if decoder else chunk)
+                if time.monotonic() > deadline:
+                    raise requests.Timeout("the response body took longer than timeout_seconds")
+            if decoder:
+                parts.append(decoder.flush())
+                if not decoder.eof:
+                    raise requests.exceptions.ContentDecodingError("the compressed body ends early")
+        # As requests' iter_content maps urllib3's errors, so that they are retried alike.
+        except urllib3.exceptions.ProtocolError as exc:
+            raise requests.exceptions.ChunkedEncodingError(exc) from None
+        except urllib3.exceptions.ReadTimeoutError as exc:
+            raise requests.ConnectionError(exc) from None
+        except urllib3.exceptions.SSLError as exc:
+            raise requests.exceptions.SSLError(exc) from None
+        except zlib.error as exc:
+            raise requests.exceptions.ContentDecodingError(exc) from None
     except (requests.ConnectionError, requests.exceptions.ChunkedEncodingError):
         # A read that outlived the deadline and then broke off: the attempt had timed out first.
         if time.monotonic() > deadline:
@@ -336,7 +381,18 @@ def _read_within(response: requests.Response, deadline: float) -> bytes:
         raise
     finally:
         response.close()
-    return b"".join(parts)
+    return b"".join(parts), wire
+
+
+def _decoder(content_encoding: str) -> Any:
+    """A zlib decompressor for the body's Content-Encoding (the server may not compress: asking is a wish),
+    None for an uncompressed body."""
+    coding = content_encoding.strip().lower()
+    if coding in ("gzip", "x-gzip"):
+        return zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)
+    if coding == "deflate":
+        return zlib.decompressobj()
+    return None
 
 
 def _error_text(body: bytes) -> str:
@@ -351,4 +407,4 @@ def _error_text(body: bytes) -> str:
     return f"({text})" if text else ""
 
 
-__all__ = ["PrometheusTransport", "Retryable", "TooLarge", "iso_ms", "prom_time"]
+__all__ = ["PrometheusTransport", "PullAborted", "Retryable", "TooLarge", "iso_ms", "prom_time"]
