@@ -11,7 +11,8 @@ import json
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -73,6 +74,15 @@ def write_openmetrics(samples: Iterable[Sample], path: Path) -> Path:
 
 
 # --- a misbehaving Prometheus ------------------------------------------------------------------
+
+
+@contextmanager
+def serve_samples(samples: Iterable[Sample], folder: Path) -> Iterator[promserver.PrometheusServer]:
+    """A real Prometheus on 127.0.0.1 serving `samples`: written as OpenMetrics under `folder`, backfilled
+    with promtool into a TSDB there."""
+    promserver.backfill(write_openmetrics(samples, folder / "samples.om"), folder / "tsdb")
+    with promserver.PrometheusServer(folder / "tsdb") as server:
+        yield server
 
 
 def matrix_body(series: list[tuple[dict[str, str], list[tuple[int, str]]]]) -> bytes:

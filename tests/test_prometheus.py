@@ -18,7 +18,15 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
-from prometheus_fixtures import FaultServer, Reply, Sample, matrix_body, sample, write_openmetrics
+from prometheus_fixtures import (
+    FaultServer,
+    Reply,
+    Sample,
+    matrix_body,
+    sample,
+    serve_samples,
+    write_openmetrics,
+)
 
 from gpumeter.config import PrometheusSource
 from gpumeter.ingest.contract import SourceError, concat_parts, day_bounds_ms
@@ -147,8 +155,7 @@ def _all_samples() -> list[Sample]:
 @pytest.fixture(scope="module")
 def prom(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PrometheusServer]:
     folder = tmp_path_factory.mktemp("prom")
-    backfill(write_openmetrics(_all_samples(), folder / "fixtures.om"), folder / "tsdb")
-    with PrometheusServer(folder / "tsdb") as server:
+    with serve_samples(_all_samples(), folder) as server:
         yield server
     assert server.process is None
 

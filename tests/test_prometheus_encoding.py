@@ -16,7 +16,14 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from prometheus_fixtures import FaultServer, Reply, Sample, matrix_body, sample, write_openmetrics
+from prometheus_fixtures import (
+    FaultServer,
+    Reply,
+    Sample,
+    matrix_body,
+    sample,
+    serve_samples,
+)
 from pydantic import ValidationError
 
 from gpumeter.config import ConfigError, PrometheusSource, parse_config
@@ -24,7 +31,7 @@ from gpumeter.ingest.contract import SourceError, day_bounds_ms
 from gpumeter.ingest.prometheus import PrometheusRawSource
 from gpumeter.ingest.schema import RAW_DCGM_SCHEMA
 from gpumeter_sim import promserver
-from gpumeter_sim.promserver import PrometheusServer, backfill
+from gpumeter_sim.promserver import PrometheusServer
 
 if not promserver.binaries_available():
     pytest.skip("prometheus/promtool not installed (apt-get install -y prometheus)", allow_module_level=True)
@@ -66,8 +73,7 @@ SAMPLES = _samples()
 @pytest.fixture(scope="module")
 def prom(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PrometheusServer]:
     folder = tmp_path_factory.mktemp("prom-encoding")
-    backfill(write_openmetrics(SAMPLES, folder / "fleet.om"), folder / "tsdb")
-    with PrometheusServer(folder / "tsdb") as server:
+    with serve_samples(SAMPLES, folder) as server:
         yield server
 
 

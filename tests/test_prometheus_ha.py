@@ -21,7 +21,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
-from prometheus_fixtures import Sample, needs_prometheus, sample, write_openmetrics
+from prometheus_fixtures import Sample, needs_prometheus, sample, serve_samples
 
 from gpumeter.config import PrometheusSource
 from gpumeter.ingest.contract import concat_parts, day_bounds_ms
@@ -167,8 +167,7 @@ def day_scrapes(cluster: str) -> list[int]:
 @pytest.fixture(scope="module")
 def prom(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PrometheusServer]:
     folder = tmp_path_factory.mktemp("prom-ha")
-    backfill(write_openmetrics(_samples(), folder / "ha.om"), folder / "tsdb")
-    with PrometheusServer(folder / "tsdb") as server:
+    with serve_samples(_samples(), folder) as server:
         yield server
 
 

@@ -22,14 +22,14 @@ import pyarrow as pa
 import pytest
 import yaml
 from dagster import asset, materialize
-from prometheus_fixtures import Sample, needs_prometheus, sample, write_openmetrics
+from prometheus_fixtures import Sample, needs_prometheus, sample, serve_samples
 from pydantic import ValidationError
 
 from gpumeter.config import ConfigError, PrometheusSource, parse_config
 from gpumeter.ingest.contract import day_bounds_ms
 from gpumeter.ingest.prometheus import PrometheusRawSource
 from gpumeter.ingest.schema import DCGM_GPU_UTIL, DCGM_XID
-from gpumeter_sim.promserver import PrometheusServer, backfill
+from gpumeter_sim.promserver import PrometheusServer
 
 pytestmark = needs_prometheus
 
@@ -98,8 +98,7 @@ SAMPLES = [
 @pytest.fixture(scope="module")
 def prom(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PrometheusServer]:
     folder = tmp_path_factory.mktemp("pushdown")
-    backfill(write_openmetrics(SAMPLES, folder / "xid.om"), folder / "tsdb")
-    with PrometheusServer(folder / "tsdb") as server:
+    with serve_samples(SAMPLES, folder) as server:
         yield server
 
 
