@@ -13,8 +13,10 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
+import duckdb
 import polars as pl
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from streamlit.testing.v1 import AppTest
 
@@ -26,6 +28,7 @@ from gpumeter.pipelines.launch import meter_days
 from gpumeter.storage.paths import MARTS
 from gpumeter.storage.warehouse import Warehouse
 from gpumeter.views import cache as cache_module
+from gpumeter.views import scoped as scoped_module
 from gpumeter.views.cache import READS, ReadCache, files_version
 from gpumeter.views.scoped import Filters, Viewer, Views
 from tests.builders import edit_config
@@ -284,3 +287,41 @@ def test_concurrent_viewers_step_times_each_viewers_pages(config_path: Path, con
     assert measure.wall_s == max(extra["cold_slowest_per_viewer"]) > 0
     assert extra["server_peak_rss_mib"] > 0
     assert extra["warm_up_settle_s"] >= 5
+
+
+class _TornViews(Views):
+    """A read whose first query fails the way a Parquet file replaced mid-scan can fail, optionally after the
+    day's file really is replaced (the pipeline's atomic rename, same rows)."""
+
+    calls = 0
+    replace_first = True
+
+    @scoped_module._cached("stranded_capacity")
+    def torn(self, viewer: Viewer, filters: Filters) -> int:
+        type(self).calls += 1
+        if type(self).calls == 1:
+            if self.replace_first:
+                path = next((self.warehouse.root / MARTS / "stranded_capacity").glob("**/data.parquet"))
+                self.warehouse.write_day(MARTS, "stranded_capacity", "c", DAY, pq.read_table(path))
+            raise duckdb.Error("don't know what type")  # what DuckDB raised in the browser test
+        return int(self.con.execute("select count(*) from stranded_capacity").fetchall()[0][0])
+
+
+def test_a_read_torn_by_a_re_metered_day_is_read_again_and_not_kept(tmp_path: Path) -> None:
+    warehouse = Warehouse.at(tmp_path)
+    warehouse.write_day(MARTS, "stranded_capacity", "c", DAY, pa.table({"day": [DAY], "x": [1]}))
+    cache = ReadCache(max_bytes=2**20)
+    _TornViews.calls, _TornViews.replace_first = 0, True
+    views = _TornViews(warehouse, parse_config(ROLES_YAML), cache, snapshot=True)
+    assert views.torn(Viewer("finance"), Filters(NOVEMBER)) == 1
+    assert _TornViews.calls == 2 and len(cache) == 0  # read again; nothing kept under the old version
+
+
+def test_a_read_error_with_the_files_unchanged_is_raised(tmp_path: Path) -> None:
+    warehouse = Warehouse.at(tmp_path)
+    warehouse.write_day(MARTS, "stranded_capacity", "c", DAY, pa.table({"day": [DAY], "x": [1]}))
+    _TornViews.calls, _TornViews.replace_first = 0, False
+    views = _TornViews(warehouse, parse_config(ROLES_YAML), ReadCache(max_bytes=2**20), snapshot=True)
+    with pytest.raises(duckdb.Error, match="know what type"):
+        views.torn(Viewer("finance"), Filters(NOVEMBER))
+    assert _TornViews.calls == 1

@@ -29,6 +29,7 @@ from datetime import UTC, date, datetime
 from decimal import Decimal
 from typing import Any, Literal, ParamSpec, TypeVar
 
+import duckdb
 import polars as pl
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -185,14 +186,24 @@ def _cached(*tables: str, periods: bool = False) -> Callable[[Callable[P, R]], C
         def cached(*args: P.args, **kwargs: P.kwargs) -> R:
             self = args[0]
             assert isinstance(self, Views)
+            period = _period_of(args[1:]) if periods else None
+            version = self._version(tables, period)
             key = (
                 read.__name__,
                 tuple(_key_part(a) for a in args[1:]),
                 tuple(sorted((k, _key_part(v)) for k, v in kwargs.items())),
                 self._config_key,
-                self._version(tables, _period_of(args[1:]) if periods else None),
+                version,
             )
-            return _handout(self._cache.get(key, lambda: read(*args, **kwargs)))
+            try:
+                return _handout(self._cache.get(key, lambda: read(*args, **kwargs)))
+            except duckdb.Error:
+                if self._version(tables, period, fresh=True) == version:
+                    raise  # the files did not change: a real error
+                # A day was re-metered while the query ran: a file replaced mid-scan can be read partly
+                # old and partly new. The replacement is whole now: read again, and keep nothing (the
+                # page view's version is the old one; the next view reads under the new).
+                return read(*args, **kwargs)
 
         return cached
 
@@ -249,9 +260,12 @@ class Views:
     def close(self) -> None:
         self.con.close()
 
-    def _version(self, tables: tuple[str, ...], period: str | None) -> tuple[object, ...]:
+    def _version(
+        self, tables: tuple[str, ...], period: str | None, fresh: bool = False
+    ) -> tuple[object, ...]:
         """The data version of what a read depends on: which of its tables are stored, and every file of them
-        (and of the period's invoice lines and closed copy)."""
+        (and of the period's invoice lines and closed copy). `fresh` lists the files again, where a page
+        view otherwise keeps its first listing."""
         folders: list[Any] = [self._folders[t] for t in tables if t in self._folders]
         if period is not None:
             folders += [
@@ -259,7 +273,8 @@ class Views:
                 self.warehouse.periods_dir() / period,
             ]
         present = tuple(t in self._folders for t in tables)
-        return (str(self.warehouse.root), present, tuple(self._folder_version(f) for f in folders))
+        version_of = (lambda folder: files_version([folder])) if fresh else self._folder_version
+        return (str(self.warehouse.root), present, tuple(version_of(f) for f in folders))
 
     def _folder_version(self, folder: Any) -> str:
         if self._listed is None:
