@@ -107,7 +107,7 @@ def _viewer(config: Config) -> Viewer:
 
 def _filters(views: Views, viewer: Viewer) -> Filters | None:
     options = views.options(viewer)
-    periods = warmup.periods(views, viewer)  # what the warm-up reads first is what a view opens on
+    periods = warmup.periods(views, options)  # what the warm-up reads first is what a view opens on
     with st.sidebar:
         st.caption(f"Viewing as **{viewer.label}** ({viewer.identity})")
         if _auth_configured() and st.user.get("is_logged_in", False):

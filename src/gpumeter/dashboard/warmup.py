@@ -22,7 +22,7 @@ from gpumeter.billing.invoices import Period
 from gpumeter.config import Config, load_config
 from gpumeter.storage.warehouse import Warehouse
 from gpumeter.views.cache import READS, ReadCache
-from gpumeter.views.scoped import HEATMAP_GPU_ROWS, Filters, Viewer, Views, local_viewer
+from gpumeter.views.scoped import HEATMAP_GPU_ROWS, Filters, Options, Viewer, Views, local_viewer
 
 WARMUP_ENV = "GPUMETER_DASHBOARD_WARMUP_S"
 DEFAULT_WARMUP_S = 15.0
@@ -41,10 +41,10 @@ def interval_from_env() -> float:
         ) from None
 
 
-def periods(views: Views, viewer: Viewer) -> list[str]:
-    """The periods a viewer can pick, newest first (a page view opens on the first): every stored period, and a
-    month whose only figures so far are today's provisional ones."""
-    return sorted(set(views.options(viewer).periods) | set(views.provisional_periods()), reverse=True)
+def periods(views: Views, options: Options) -> list[str]:
+    """The periods a viewer can pick (`options`, the viewer's), newest first (a page view opens on the first):
+    every stored period, and a month whose only figures so far are today's provisional ones."""
+    return sorted(set(options.periods) | set(views.provisional_periods()), reverse=True)
 
 
 def scopes(config: Config, signed_in: bool) -> list[Viewer]:
@@ -105,7 +105,7 @@ def warm(
             break
         views = Views(warehouse, config, cache=cache, snapshot=True)  # one page view's version of the files
         try:
-            choices = periods(views, viewer)
+            choices = periods(views, views.options(viewer))
             if choices:
                 page_reads(views, viewer, Filters(Period.parse(choices[0])))
                 warmed.append(viewer)

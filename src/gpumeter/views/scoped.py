@@ -524,16 +524,12 @@ class Views:
         return [(r[0], r[1]) for r in self.con.execute(sql, where.params).fetchall()]
 
     def _delta(self, cluster_col: str) -> tuple[str, list[object]]:
-        """Δ of each row's cluster (R1) as SQL and its parameters: a cluster's own scrape interval where the
-        config gives one, else the pool's."""
-        own = [
-            (c.name, c.scrape_interval_seconds) for c in self._config.clusters if c.scrape_interval_seconds
-        ]
-        pool = self._config.scrape_interval_seconds
-        if not own:
-            return "?", [pool]
-        whens = " ".join(f"when {cluster_col} = ? then ?" for _ in own)
-        return f"(case {whens} else ? end)", [*(v for pair in own for v in pair), pool]
+        """Δ of each row's cluster (R1, `Config.scrape_interval_of`) as SQL and its parameters; a cluster the
+        config no longer names has the pool's."""
+        names = [c.name for c in self._config.clusters]
+        whens = " ".join(f"when {cluster_col} = ? then ?" for _ in names)
+        params = [v for name in names for v in (name, self._config.scrape_interval_of(name))]
+        return f"(case {whens} else ? end)", [*params, self._config.scrape_interval_seconds]
 
     def _per_gpu_hour(self, where: _Where) -> tuple[str, list[object]]:
         """Per GPU and UTC hour: held, busy and observed GPU-seconds (observed: its sample times × Δ), and

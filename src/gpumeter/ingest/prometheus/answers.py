@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 import operator
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -261,15 +261,24 @@ class SeriesMapping:
     def _dcgm_row(self, labels: dict[str, str]) -> tuple[str | None, ...]:
         """A series' constant columns (its cluster label, name, and DCGM_LABEL_COLUMNS), worked out once
         per label set and pull source: the same series comes back in every window and part."""
-        key = ("dcgm", *sorted(labels.items()))
-        row = self._rows.get(key)
-        if row is None:
-            row = (
+        return self._constant_row(
+            "dcgm",
+            labels,
+            lambda: (
                 labels.get(self.cluster_label) or None,
                 labels["__name__"],
                 *(_first(labels, names) for _, names in DCGM_LABEL_COLUMNS),
-            )
-            self._rows[key] = row
+            ),
+        )
+
+    def _constant_row(
+        self, table: str, labels: dict[str, str], make: Callable[[], tuple[str | None, ...]]
+    ) -> tuple[str | None, ...]:
+        """`make()`'s row of a series' constant columns for `table`, kept per label set."""
+        key = (table, *sorted(labels.items()))
+        row = self._rows.get(key)
+        if row is None:
+            row = self._rows[key] = make()
         return row
 
     def kube_labels(self, labels: dict[str, str]) -> str:
@@ -323,17 +332,16 @@ class SeriesMapping:
 
     def _kube_row(self, labels: dict[str, str]) -> tuple[str | None, ...]:
         """A series' constant columns (cluster label, name, `labels` JSON, `target`), once per label set."""
-        key = ("kube", *sorted(labels.items()))
-        row = self._rows.get(key)
-        if row is None:
-            row = (
+        return self._constant_row(
+            "kube",
+            labels,
+            lambda: (
                 labels.get(self.cluster_label) or None,
                 labels["__name__"],
                 self.kube_labels(labels),
                 self.kube_target(labels),
-            )
-            self._rows[key] = row
-        return row
+            ),
+        )
 
 
 __all__ = [
