@@ -14,6 +14,7 @@ from typing import Any
 import msgspec
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from gpumeter.ingest.schema import RAW_DCGM_SCHEMA, RAW_KUBE_SCHEMA
 
@@ -82,10 +83,11 @@ class Sample(msgspec.Struct, array_like=True, gc=False):
 
 
 class MatrixSeries(msgspec.Struct, gc=False):
-    """One series of a `matrix` answer as decoded: its labels and its `[seconds, "value"]` samples."""
+    """One series of a `matrix` answer as decoded: its labels, and its `[seconds, "value"]` samples as the
+    JSON text they came in (matrix_samples turns every series' samples into arrays at once)."""
 
     metric: dict[str, str]
-    values: list[Sample]
+    values: msgspec.Raw
 
 
 class VectorSeries(msgspec.Struct, gc=False):
@@ -174,6 +176,69 @@ def samples(values: list[Sample], w0: int, w1: int) -> tuple[np.ndarray, np.ndar
 
 _SECONDS = operator.attrgetter("seconds")
 _VALUE = operator.attrgetter("value")
+_SAMPLES = msgspec.json.Decoder(list[Sample])
+# What is left of `[[1700000000.123,"0.5"],...]` once these bytes are gone: numbers and commas.
+_SAMPLE_PUNCTUATION = b'[]" \t\r\n'
+
+
+def matrix_samples(
+    result: list[MatrixSeries], w0: int, w1: int
+) -> tuple[int, list[tuple[dict[str, str], np.ndarray, np.ndarray]]]:
+    """(samples received, each series' labels and samples with w0 <= ts < w1) of a matrix answer, series
+    without a sample in the window left out. As `samples` reads them, but every series' numbers are parsed
+    in one Arrow cast (no Python object per sample; the interpreter is free meanwhile): the samples'
+    punctuation is dropped, so the text must be `[[number,"number"],...]` to the byte, as Prometheus,
+    Thanos, Mimir and VictoriaMetrics write it. An answer that is not is read sample by sample (`samples`),
+    which accepts any JSON layout and names what is wrong."""
+    if not result:
+        return 0, []
+    raws = [bytes(item.values) for item in result]
+    counts = np.fromiter((raw.count(b"[") - 1 for raw in raws), np.int64, len(raws))
+    total = int(counts.sum())
+    numbers = _numbers(raws, counts, total)
+    if numbers is None:
+        out = []
+        for item, raw in zip(result, raws, strict=True):
+            try:
+                values = _SAMPLES.decode(raw)
+            except msgspec.DecodeError as exc:
+                raise UnexpectedAnswer(f'a sample is not [seconds, "value"]: {exc}') from None
+            out.append((item.metric, *samples(values, w0, w1)))
+        return total, [got for got in out if len(got[1])]
+    ts = np.rint(numbers[0::2] * 1000).astype(np.int64)
+    values = numbers[1::2]
+    bounds = np.cumsum(counts)[:-1]
+    out = []
+    for item, series_ts, series_values in zip(
+        result, np.split(ts, bounds), np.split(values, bounds), strict=True
+    ):
+        keep = (series_ts >= w0) & (series_ts < w1)
+        if not keep.all():
+            series_ts, series_values = series_ts[keep], series_values[keep]
+        if len(series_ts):
+            out.append((item.metric, series_ts, series_values))
+    return total, out
+
+
+def _numbers(raws: list[bytes], counts: np.ndarray, total: int) -> np.ndarray | None:
+    """The answer's samples' numbers, seconds and value alternating, as float() parses them ("NaN", "+Inf"
+    and "-0" included); None where the text is not `[[number,"number"],...]` to the byte."""
+    if any(
+        (raw[:2] != b"[[" and raw != b"[]") or raw.count(b'"') != 2 * n or raw.count(b',"') != n
+        for raw, n in zip(raws, counts.tolist(), strict=True)
+    ):
+        return None
+    if not total:
+        return np.empty(0, np.float64)
+    text = b",".join(raw for raw in raws if raw != b"[]").translate(None, _SAMPLE_PUNCTUATION)
+    fields = pc.list_flatten(pc.split_pattern(pa.array([text], pa.large_binary()), b","))
+    if len(fields) != 2 * total:
+        return None
+    try:
+        numbers = pc.cast(fields.cast(pa.large_string()), pa.float64())
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        return None
+    return numbers.to_numpy(zero_copy_only=False)
 
 
 def _sorted_rows(series: list[Series], keys: pa.Table) -> tuple[np.ndarray, np.ndarray, pa.Array]:
@@ -357,6 +422,7 @@ __all__ = [
     "VectorSeries",
     "append_series",
     "decode_answer",
+    "matrix_samples",
     "parse_timestamp_ms",
     "samples",
 ]

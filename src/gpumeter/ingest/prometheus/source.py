@@ -35,7 +35,7 @@ from gpumeter.ingest.prometheus.answers import (
     SeriesMapping,
     UnexpectedAnswer,
     append_series,
-    samples,
+    matrix_samples,
 )
 from gpumeter.ingest.prometheus.promql import nonzero_screen_query, raw_samples_query
 from gpumeter.ingest.prometheus.transport import PrometheusTransport, PullAborted, TooLarge
@@ -271,16 +271,10 @@ class PrometheusRawSource:
             if stop.is_set():
                 raise PullAborted
             query = self.query_for(metric, b - a, series)
-            out = []
-            received = 0
-            for item in self.transport.query(query, b):
-                received += len(item.values)
-                try:
-                    ts, values = samples(item.values, a, b)
-                except UnexpectedAnswer as exc:
-                    raise self.transport.unexpected_answer(query, b, exc) from None
-                if len(ts):
-                    out.append((item.metric, ts, values))
+            try:
+                received, out = matrix_samples(self.transport.query(query, b), a, b)
+            except UnexpectedAnswer as exc:
+                raise self.transport.unexpected_answer(query, b, exc) from None
             with self._count_lock:
                 self.samples_received += received
             return out
