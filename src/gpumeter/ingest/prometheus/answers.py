@@ -16,6 +16,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from gpumeter.ingest.kube_spans import KubeSeries
 from gpumeter.ingest.schema import RAW_DCGM_SCHEMA, RAW_KUBE_SCHEMA
 
 # raw_dcgm_samples column -> label names that carry it, most preferred first (docs/telemetry.md). The
@@ -394,6 +395,15 @@ class SeriesMapping:
             }
         )
         return table.cast(RAW_KUBE_SCHEMA)
+
+    def kube_series(self, cluster: str, series: list[Series]) -> KubeSeries:
+        """The kube samples of merged series (one array of samples each) as series: each series' key
+        (cluster, metric, `labels`, `target`) and its samples, without building rows."""
+        keys = []
+        for s in series:
+            row = self._kube_row(s.labels)
+            keys.append((row[0] or cluster, row[1], row[2], row[3]))
+        return KubeSeries(keys, [s.ts[0] for s in series], [s.values[0] for s in series])
 
     def _kube_row(self, labels: dict[str, str]) -> tuple[str | None, ...]:
         """A series' constant columns (cluster label, name, `labels` JSON, `target`), once per label set."""

@@ -29,6 +29,7 @@ from gpumeter.ingest.k8s_objects import (
     read_kept_snapshots,
 )
 from gpumeter.ingest.kube_api import KubeApi
+from gpumeter.ingest.kube_spans import KubeSeries
 from gpumeter.ingest.prometheus.answers import (
     Series,
     SeriesByLabels,
@@ -144,6 +145,14 @@ class PrometheusRawSource:
         (ingest.pull writes each part as it comes). Replica dedupe looks a few Δ beyond each part (its
         margins are fetched with it) and keeps exactly the samples the whole stream's dedupe keeps, so the
         parts together are the day, also where a scrape's replica samples straddle a part edge."""
+        return self._day_parts(cluster, day, lookback_ms, kube_series=False)
+
+    def fetch_day_series_parts(self, cluster: str, day: date, lookback_ms: int) -> Iterator[RawDay]:
+        """`fetch_day_parts` with each part's kube samples as series (RawDay.kube_series, KubeSeriesSource):
+        the parts are hours in time order, so the pull makes the kube spans part by part."""
+        return self._day_parts(cluster, day, lookback_ms, kube_series=True)
+
+    def _day_parts(self, cluster: str, day: date, lookback_ms: int, kube_series: bool) -> Iterator[RawDay]:
         start_ms, end_ms = day_bounds_ms(day)
         start = start_ms - max(0, int(lookback_ms))
         self._reset_counts()
@@ -152,17 +161,22 @@ class PrometheusRawSource:
         # One part ahead: the next part is fetched (its queries in flight, its answers decoded) while the
         # caller writes this one. At most two parts are held.
         ahead = ThreadPoolExecutor(1, thread_name_prefix="gpumeter-prom-part")
-        pending = ahead.submit(self._fetch_samples, cluster, *parts[0], warned) if parts else None
+        pending = (
+            ahead.submit(self._fetch_samples, cluster, *parts[0], warned, kube_series) if parts else None
+        )
         try:
             for i in range(len(parts)):
                 assert pending is not None
                 dcgm, kube = pending.result()
                 pending = (
-                    ahead.submit(self._fetch_samples, cluster, *parts[i + 1], warned)
+                    ahead.submit(self._fetch_samples, cluster, *parts[i + 1], warned, kube_series)
                     if i + 1 < len(parts)
                     else None
                 )
-                yield RawDay(dcgm, kube)
+                if isinstance(kube, KubeSeries):
+                    yield RawDay(dcgm, RAW_KUBE_SCHEMA.empty_table(), kube_series=kube)
+                else:
+                    yield RawDay(dcgm, kube)
         finally:
             if pending is not None and not pending.done():
                 self.transport.abort()  # the caller stopped: the part ahead is not wanted
@@ -187,10 +201,16 @@ class PrometheusRawSource:
         self.samples_received = 0
 
     def _fetch_samples(
-        self, cluster: str, start_ms: int, end_ms: int, warned: set[tuple[str, str]]
-    ) -> tuple[pa.Table, pa.Table]:
-        """The DCGM and kube rows of [start_ms, end_ms), replicas deduped; `warned` holds what was already
-        warned about in this pull (one warning per pull, not per part).
+        self,
+        cluster: str,
+        start_ms: int,
+        end_ms: int,
+        warned: set[tuple[str, str]],
+        kube_series: bool = False,
+    ) -> tuple[pa.Table, pa.Table | KubeSeries]:
+        """The DCGM and kube rows of [start_ms, end_ms), replicas deduped (the kube samples as KubeSeries
+        where `kube_series`); `warned` holds what was already warned about in this pull (one warning per
+        pull, not per part).
 
         Replica dedupe decides a sample from the target's other replicas' scrapes within a few Δ of it
         (docs/prometheus.md, "HA pairs"), so where the window holds replica series, margins on both sides
@@ -215,9 +235,14 @@ class PrometheusRawSource:
             margin = need
         merged = self.replicas.dedupe(list(series.values()), start_ms, end_ms, warned)
         dcgm_series = [s for s in merged if kinds.get(s.labels.get("__name__", "")) == "dcgm"]
-        kube_series = [s for s in merged if kinds.get(s.labels.get("__name__", "")) == "kube"]
+        kube_samples = [s for s in merged if kinds.get(s.labels.get("__name__", "")) == "kube"]
         self._warn_foreign_clusters(cluster, merged, warned)
-        return self.mapping.dcgm_table(cluster, dcgm_series), self.mapping.kube_table(cluster, kube_series)
+        kube = (
+            self.mapping.kube_series(cluster, kube_samples)
+            if kube_series
+            else self.mapping.kube_table(cluster, kube_samples)
+        )
+        return self.mapping.dcgm_table(cluster, dcgm_series), kube
 
     def _pull(
         self, series: SeriesByLabels, metrics: Sequence[str], screened: set[str], spans: Sequence[Span]
