@@ -31,6 +31,7 @@ from gpumeter.ingest.k8s_objects import (
 from gpumeter.ingest.kube_api import KubeApi
 from gpumeter.ingest.kube_spans import KubeSeries
 from gpumeter.ingest.prometheus.answers import (
+    LabelSet,
     Series,
     SeriesByLabels,
     SeriesMapping,
@@ -60,8 +61,8 @@ from gpumeter.storage import paths
 
 log = logging.getLogger(__name__)
 
-# The samples of one window: (a series' labels, its timestamps in ms, its values), per series answered.
-WindowSamples = list[tuple[dict[str, str], np.ndarray, np.ndarray]]
+# The samples of one window: (a series' label set, its timestamps in ms, its values), per series answered.
+WindowSamples = list[tuple[LabelSet, np.ndarray, np.ndarray]]
 
 
 class PrometheusRawSource:
@@ -148,8 +149,9 @@ class PrometheusRawSource:
         return self._day_parts(cluster, day, lookback_ms, kube_series=False)
 
     def fetch_day_series_parts(self, cluster: str, day: date, lookback_ms: int) -> Iterator[RawDay]:
-        """`fetch_day_parts` with each part's kube samples as series (RawDay.kube_series, KubeSeriesSource):
-        the parts are hours in time order, so the pull makes the kube spans part by part."""
+        """`fetch_day_parts` in the pull's form (KubeSeriesSource): each part's kube samples as series
+        (RawDay.kube_series; the parts are hours in time order, so the pull makes the kube spans part by
+        part), its DCGM string columns dictionary-encoded by series."""
         return self._day_parts(cluster, day, lookback_ms, kube_series=True)
 
     def _day_parts(self, cluster: str, day: date, lookback_ms: int, kube_series: bool) -> Iterator[RawDay]:
@@ -242,7 +244,7 @@ class PrometheusRawSource:
             if kube_series
             else self.mapping.kube_table(cluster, kube_samples)
         )
-        return self.mapping.dcgm_table(cluster, dcgm_series), kube
+        return self.mapping.dcgm_table(cluster, dcgm_series, dictionary=kube_series), kube
 
     def _pull(
         self, series: SeriesByLabels, metrics: Sequence[str], screened: set[str], spans: Sequence[Span]
@@ -276,8 +278,8 @@ class PrometheusRawSource:
                     # The failure itself, not a query that stopped because of it.
                     raise next((e for e in errors if not isinstance(e, PullAborted)), errors[0])
                 for future in futures:
-                    for labels, ts, values in future.result():
-                        append_series(series, labels, ts, values)
+                    for found, ts, values in future.result():
+                        append_series(series, found.labels, ts, values, found.key)
             finally:
                 stop.set()
                 pool.shutdown(wait=True, cancel_futures=True)
@@ -324,7 +326,9 @@ class PrometheusRawSource:
                 labels = item.metric
                 # Matchers also match series with more labels: keep only the flagged series itself.
                 wanted = {**labels, "__name__": metric}
-                out += [got for got in self._fetch_window(metric, a, b, stop, labels) if got[0] == wanted]
+                out += [
+                    got for got in self._fetch_window(metric, a, b, stop, labels) if got[0].labels == wanted
+                ]
             return out
 
         def refused(a: int, b: int, exc: TooLarge) -> Exception:

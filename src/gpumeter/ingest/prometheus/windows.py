@@ -89,6 +89,8 @@ class ReplicaDedupe:
     url: str
 
     def replica_of(self, labels: dict[str, str]) -> Replica | None:
+        if labels.keys().isdisjoint(self.replica_labels):
+            return None
         values = tuple(labels.get(name, "") for name in self.replica_labels)
         return values if any(values) else None
 
