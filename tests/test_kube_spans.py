@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import duckdb
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -19,10 +20,17 @@ from test_changing_pool import CASES, DAY
 from test_rules import make_config
 
 from gpumeter.ingest.contract import RawFiles, lookback_ms
-from gpumeter.ingest.kube_spans import create_spans, decode_spans, is_spans, span_samples
+from gpumeter.ingest.kube_spans import (
+    KubeSeries,
+    SpanBuilder,
+    create_spans,
+    decode_spans,
+    is_spans,
+    span_samples,
+)
 from gpumeter.ingest.parquet import ParquetRawSource
 from gpumeter.ingest.pull import pull_raw_day
-from gpumeter.ingest.schema import RAW_KUBE_SCHEMA, RAW_TABLES
+from gpumeter.ingest.schema import RAW_KUBE_SCHEMA, RAW_KUBE_SPANS_SCHEMA, RAW_TABLES
 from gpumeter.models.runner import meter_day
 from gpumeter.storage.paths import RAW
 from gpumeter.storage.warehouse import Warehouse
@@ -94,6 +102,102 @@ def test_spans_stand_for_every_row_they_were_made_of(data: st.DataObject) -> Non
     assert {"cluster": "c1", "target": "ksm/a", "ts_ms": T0 + 31 * 30_000} in [
         {k: s[k] for k in ("cluster", "target", "ts_ms")} for s in scrapes
     ]
+
+
+# A series as the Prometheus pull hands it over: always a metric, a labels object and a value.
+series_key = st.tuples(
+    st.sampled_from(["c1", "c2"]),
+    st.sampled_from(["kube_pod_status_phase", "kube_node_labels", "opencost_x"]),
+    st.sampled_from(['{"pod":"a"}', '{"pod":"b"}']),
+    st.sampled_from([None, "ksm/a"]),
+)
+
+
+def _stored_order(spans: pa.Table) -> list[tuple[Any, ...]]:
+    """The rows of `spans` in the order the pull stores them, NaN as "nan" (NaN != NaN)."""
+    order = ["ts_ms", "last_ms", "cluster", "target", "metric", "labels", "value", "copies"]
+    return _as_rows(spans.cast(RAW_KUBE_SPANS_SCHEMA).sort_by([(c, "ascending") for c in order]))
+
+
+def _as_rows(spans: pa.Table) -> list[tuple[Any, ...]]:
+    assert spans.schema == RAW_KUBE_SPANS_SCHEMA
+    return [
+        tuple("nan" if isinstance(v, float) and math.isnan(v) else v for v in row.values())
+        for row in spans.to_pylist()
+    ]
+
+
+@SETTINGS
+@given(st.data())
+def test_spans_made_part_by_part_are_the_spans_of_the_rows(data: st.DataObject) -> None:
+    """The pull's SpanBuilder (hours of series in time order, runs joined across part edges) stores what
+    create_spans makes of the same samples as rows: copies (two series of one key), two values at one
+    scrape, NaN, gaps, samples out of order within a series, and part edges anywhere."""
+    keys = data.draw(st.lists(series_key, min_size=1, max_size=5))
+    ts: list[np.ndarray] = []
+    values: list[np.ndarray] = []
+    for _ in keys:
+        steps = data.draw(st.permutations(data.draw(st.lists(st.integers(0, 30), max_size=20, unique=True))))
+        ts.append(np.array([T0 + k * 30_000 for k in steps], np.int64))
+        drawn = [data.draw(st.sampled_from([0.0, 1.0, 2.5, float("nan")])) for _ in steps]
+        values.append(np.array(drawn, np.float64))
+    cuts = sorted(data.draw(st.lists(st.integers(1, 30), max_size=4, unique=True)))
+    edges = [T0, *(T0 + c * 30_000 - data.draw(st.integers(0, 29_999)) for c in cuts), T0 + 31 * 30_000]
+    builder = SpanBuilder()
+    for lo, hi in zip(edges, edges[1:], strict=False):
+        inside = [(t >= lo) & (t < hi) for t in ts]
+        builder.add(
+            KubeSeries(
+                keys,
+                [t[i] for t, i in zip(ts, inside, strict=True)],
+                [v[i] for v, i in zip(values, inside, strict=True)],
+            )
+        )
+    rows = KubeSeries(keys, ts, values).rows()
+    assert builder.samples == rows.num_rows
+    assert _as_rows(builder.table()) == _stored_order(_spans(rows))
+
+
+def test_runs_meet_across_a_part_edge_and_end_at_a_gap() -> None:
+    """Hand-made: a target scraped at steps 0..5 (Δ = 30 s), handed over as steps 0-2 and 3-5."""
+    a = ("c1", "kube_pod_status_phase", '{"pod":"a"}', "ksm/a")
+    b = ("c1", "kube_pod_status_phase", '{"pod":"b"}', "ksm/a")
+
+    def at(*steps: int) -> np.ndarray:
+        return np.array([T0 + k * 30_000 for k in steps], np.int64)
+
+    builder = SpanBuilder()
+    # pod a: 1 at 0-3, then 0 at 4-5; its key twice at 0-1 (a copy, as two series of one key are); pod b:
+    # 1 at 0, 1 and 3 (not shown at scrape 2)
+    builder.add(
+        KubeSeries([a, a, b], [at(0, 1, 2), at(0, 1), at(0, 1)], [np.ones(3), np.ones(2), np.ones(2)])
+    )
+    builder.add(KubeSeries([a, b], [at(3, 4, 5), at(3)], [np.array([1.0, 0.0, 0.0]), np.ones(1)]))
+    got = {
+        (r["labels"], r["ts_ms"], r["last_ms"], r["value"], r["copies"])
+        for r in builder.table().to_pylist()
+        if r["metric"] is not None
+    }
+    assert got == {
+        ('{"pod":"a"}', T0, T0 + 30_000, 1.0, 2),
+        ('{"pod":"a"}', T0 + 60_000, T0 + 90_000, 1.0, 1),
+        ('{"pod":"a"}', T0 + 120_000, T0 + 150_000, 0.0, 1),
+        ('{"pod":"b"}', T0, T0 + 30_000, 1.0, 1),
+        ('{"pod":"b"}', T0 + 90_000, T0 + 90_000, 1.0, 1),
+    }
+    scrapes = [r for r in builder.table().to_pylist() if r["metric"] is None]
+    assert [(r["cluster"], r["target"], r["ts_ms"]) for r in scrapes] == [
+        ("c1", "ksm/a", T0 + k * 30_000) for k in range(6)
+    ]
+    assert builder.samples == 11
+
+
+def test_parts_out_of_time_order_are_refused() -> None:
+    key = ("c1", "kube_node_labels", '{"node":"n1"}', None)
+    builder = SpanBuilder()
+    builder.add(KubeSeries([key], [np.array([T0 + 60_000])], [np.ones(1)]))
+    with pytest.raises(ValueError, match="out of time order"):
+        builder.add(KubeSeries([key], [np.array([T0])], [np.ones(1)]))
 
 
 def test_a_constant_series_is_one_span(tmp_path: Path) -> None:

@@ -18,6 +18,7 @@ from datetime import date, timedelta
 from pathlib import Path
 from typing import Any
 
+import duckdb
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
@@ -25,8 +26,9 @@ from prometheus_fixtures import Sample, needs_prometheus, sample, serve_samples
 
 from gpumeter.config import PrometheusSource
 from gpumeter.ingest.contract import concat_parts, day_bounds_ms
+from gpumeter.ingest.kube_spans import SpanBuilder, create_spans
 from gpumeter.ingest.prometheus import PrometheusRawSource
-from gpumeter.ingest.schema import RAW_KUBE_SCHEMA
+from gpumeter.ingest.schema import RAW_KUBE_SCHEMA, RAW_KUBE_SPANS_SCHEMA
 from gpumeter_sim import openmetrics
 from gpumeter_sim.promserver import PrometheusServer, backfill
 
@@ -212,6 +214,18 @@ def expected_by_series(cluster: str, lo: int, hi: int) -> dict[tuple[str, Any], 
     return out
 
 
+def stored_spans(kube_rows: pa.Table) -> pa.Table:
+    """The spans the pull stores for these rows, made by DuckDB (create_spans) in the stored order."""
+    con = duckdb.connect()
+    try:
+        con.register("kube_rows", kube_rows)
+        create_spans(con, "kube_rows", "spans")
+        order = "ts_ms, last_ms, cluster, target, metric, labels, value, copies"
+        return con.sql(f"select * from spans order by {order}").to_arrow_table().cast(RAW_KUBE_SPANS_SCHEMA)
+    finally:
+        con.close()
+
+
 def rows(table: pa.Table) -> list[tuple[Any, ...]]:
     def norm(v: Any) -> Any:
         return "NaN" if isinstance(v, float) and math.isnan(v) else v
@@ -342,6 +356,21 @@ def test_the_day_in_parts_holds_exactly_the_rows_of_the_whole_day(
     together = concat_parts(iter(parts))
     assert rows(together.dcgm) == rows(whole.dcgm) and rows(together.kube) == rows(whole.kube)
     assert whole.dcgm.num_rows > 0 and whole.kube.num_rows > 0
+    # The pull's form: each part's kube samples as series (the same samples), the day's spans made part by
+    # part equal to the spans of the whole day's rows.
+    series_parts = list(
+        source(prom.url, cluster, dedupe_bucket_seconds=bucket_seconds).fetch_day_series_parts(
+            cluster, DAY, lookback_ms
+        )
+    )
+    assert len(series_parts) == len(parts)
+    builder = SpanBuilder()
+    for by_rows, by_series_part in zip(parts, series_parts, strict=True):
+        assert rows(by_series_part.dcgm) == rows(by_rows.dcgm) and by_series_part.kube.num_rows == 0
+        if by_series_part.kube_series is not None:
+            assert rows(by_series_part.kube_series.rows()) == rows(by_rows.kube)
+            builder.add(by_series_part.kube_series)
+    assert builder.table().equals(stored_spans(whole.kube))
     expected = expected_by_series(cluster, D0 - lookback_ms, D1)
     assert {k: v for k, v in by_series(whole).items() if k[0] != CAPACITY} == expected
     bucket_ms = bucket_seconds * 1000

@@ -15,6 +15,7 @@ from typing import Any, Protocol, runtime_checkable
 import pyarrow as pa
 
 from gpumeter.config import Config
+from gpumeter.ingest.kube_spans import KubeSeries
 from gpumeter.ingest.schema import RAW_TABLES
 
 
@@ -61,13 +62,15 @@ class RawDay:
 
     `k8s_snapshot` is what the source read the DRA tables from, to be kept; None where there is nothing to
     keep (the Parquet source reads snapshots that are kept already). A day handed over in parts carries it
-    in its last part."""
+    in its last part. `kube_series`: the part's kube samples as series (KubeSeries), only where they were
+    asked for so (KubeSeriesSource); `kube` is then empty."""
 
     dcgm: pa.Table
     kube: pa.Table
     dra_allocations: pa.Table = field(default_factory=lambda: RAW_TABLES["raw_dra_allocations"].empty_table())
     dra_devices: pa.Table = field(default_factory=lambda: RAW_TABLES["raw_dra_devices"].empty_table())
     k8s_snapshot: K8sSnapshot | None = None
+    kube_series: KubeSeries | None = None
 
     def tables(self) -> dict[str, pa.Table]:
         return {
@@ -97,6 +100,16 @@ class PartedRawSource(RawSource, Protocol):
     (runner.pull_raw_day writes each part as it comes; a 10,000-GPU day is ~500 M raw rows)."""
 
     def fetch_day_parts(self, cluster: str, day: date, lookback_ms: int) -> Iterator[RawDay]: ...
+
+
+@runtime_checkable
+class KubeSeriesSource(PartedRawSource, Protocol):
+    """A parted source that can hand each part's kube samples over as series (RawDay.kube_series), its parts
+    in time order and of windows that do not overlap: the pull then makes the day's kube spans part by part
+    (gpumeter.ingest.kube_spans.SpanBuilder) and never builds per-sample kube rows. Its other tables may
+    come with dictionary-encoded string columns (the staged files store them as plain strings)."""
+
+    def fetch_day_series_parts(self, cluster: str, day: date, lookback_ms: int) -> Iterator[RawDay]: ...
 
 
 def concat_parts(parts: Iterator[RawDay]) -> RawDay:

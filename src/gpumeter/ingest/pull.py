@@ -9,13 +9,12 @@ from datetime import date
 from pathlib import Path
 
 from gpumeter.config import Config, select_clusters
-from gpumeter.ingest.contract import K8sSnapshot, PartedRawSource, RawSource, lookback_ms
+from gpumeter.ingest.contract import K8sSnapshot, KubeSeriesSource, PartedRawSource, RawSource, lookback_ms
 from gpumeter.ingest.kube_spans import STORED_RAW_TABLES, KubeSpanStaging
 from gpumeter.ingest.schema import RAW_TABLES
 from gpumeter.storage import paths
 from gpumeter.storage.files import atomic_write_text
 from gpumeter.storage.paths import RAW
-from gpumeter.storage.staging import StagedDay
 from gpumeter.storage.warehouse import Warehouse
 
 Log = Callable[[str], None]
@@ -39,14 +38,16 @@ def pull_raw_day(
     names = select_clusters(config, clusters)
     counts: dict[str, int] = dict.fromkeys(RAW_TABLES, 0)
     sources = {name: source_for(name) for name in names}
-    staged: dict[str, StagedDay | KubeSpanStaging] = {}
+    staged: dict[str, KubeSpanStaging] = {}
     snapshots: dict[str, K8sSnapshot] = {}
     try:
         # Fetch every cluster before storing any: a source that fails leaves every stored day untouched.
         for name in names:
             source = sources[name]
             lookback = lookback_ms(config, name)
-            if isinstance(source, PartedRawSource):
+            if isinstance(source, KubeSeriesSource):  # kube spans made part by part, no kube rows
+                parts = source.fetch_day_series_parts(name, day, lookback)
+            elif isinstance(source, PartedRawSource):
                 parts = source.fetch_day_parts(name, day, lookback)
             else:
                 parts = iter([source.fetch_day(name, day, lookback)])
@@ -60,6 +61,8 @@ def pull_raw_day(
                 for table, rows in part.tables().items():
                     if rows.num_rows:
                         staged[name].write(table, rows)
+                if part.kube_series is not None:
+                    staged[name].write_series(part.kube_series)
                 if part.k8s_snapshot is not None:
                     snapshots[name] = part.k8s_snapshot
         # R15: one run of a (cluster, day) writes at a time, and never while it is being metered.

@@ -36,13 +36,22 @@ class StagedDay:
         return _temp_beside(self._scratch / f"{table}.parquet")
 
     def write(self, table: str, rows: pa.Table) -> None:
+        """Rows of `table` in its schema, or with some string columns dictionary-encoded (as the first part
+        of the table came: they are written as they are, and read back as the schema's strings)."""
         if table not in self._writers:
             self._temps[table] = self._temp_for(table)
+            schema = _writer_schema(self.schemas[table], rows.schema)
             self._writers[table] = pq.ParquetWriter(
-                self._temps[table], self.schemas[table], compression="zstd"
+                self._temps[table],
+                schema,
+                compression="zstd",
+                # Row groups are skipped by time, never by a string: min/max of strings are not worth their cost.
+                write_statistics=[f.name for f in schema if not _is_string(f.type)],
+                # The file's Arrow schema would name the dictionaries: without it, readers see the strings.
+                store_schema=schema == self.schemas[table],
             )
         try:
-            self._writers[table].write_table(rows.cast(self.schemas[table]))
+            self._writers[table].write_table(rows.cast(self._writers[table].schema))
         except OSError as exc:
             self.discard()
             raise _write_error(self.targets[table], exc) from None
@@ -79,3 +88,17 @@ class StagedDay:
             temp.unlink(missing_ok=True)
         self._temps.clear()
         shutil.rmtree(self._scratch, ignore_errors=True)
+
+
+def _is_string(kind: pa.DataType) -> bool:
+    return pa.types.is_string(kind) or (pa.types.is_dictionary(kind) and pa.types.is_string(kind.value_type))
+
+
+def _writer_schema(schema: pa.Schema, first: pa.Schema) -> pa.Schema:
+    """`schema`, with the string columns that the first part brings dictionary-encoded kept so."""
+    fields = []
+    for f in schema:
+        came = first.field(f.name) if f.name in first.names else None
+        dictionary = came is not None and pa.types.is_dictionary(came.type) and pa.types.is_string(f.type)
+        fields.append(f.with_type(pa.dictionary(pa.int32(), pa.string())) if dictionary else f)
+    return pa.schema(fields, metadata=schema.metadata)

@@ -14,7 +14,9 @@ from typing import Any
 import msgspec
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
+from gpumeter.ingest.kube_spans import KubeSeries
 from gpumeter.ingest.schema import RAW_DCGM_SCHEMA, RAW_KUBE_SCHEMA
 
 # raw_dcgm_samples column -> label names that carry it, most preferred first (docs/telemetry.md). The
@@ -63,9 +65,17 @@ class Series:
 SeriesByLabels = dict[tuple[tuple[str, str], ...], Series]
 
 
-def append_series(into: SeriesByLabels, labels: dict[str, str], ts: np.ndarray, values: np.ndarray) -> None:
-    """Samples of one series (by its whole label set) added to what is already gathered for it."""
-    key = tuple(sorted(labels.items()))
+def append_series(
+    into: SeriesByLabels,
+    labels: dict[str, str],
+    ts: np.ndarray,
+    values: np.ndarray,
+    key: tuple[tuple[str, str], ...] | None = None,
+) -> None:
+    """Samples of one series (by its whole label set; `key`: its sorted items, where known) added to what is
+    already gathered for it."""
+    if key is None:
+        key = tuple(sorted(labels.items()))
     entry = into.get(key)
     if entry is None:
         into[key] = entry = Series(labels, [], [])
@@ -73,7 +83,7 @@ def append_series(into: SeriesByLabels, labels: dict[str, str], ts: np.ndarray, 
     entry.values.append(values)
 
 
-class Sample(msgspec.Struct, array_like=True, gc=False):
+class Sample(msgspec.Struct, array_like=True, gc=False, forbid_unknown_fields=True):
     """One `[seconds, "value"]` pair of a matrix answer. A struct the garbage collector does not track
     (a tuple would be): a pull decodes tens of millions of them while holding much else."""
 
@@ -82,10 +92,41 @@ class Sample(msgspec.Struct, array_like=True, gc=False):
 
 
 class MatrixSeries(msgspec.Struct, gc=False):
-    """One series of a `matrix` answer as decoded: its labels and its `[seconds, "value"]` samples."""
+    """One series of a `matrix` answer as it came: its labels and its `[seconds, "value"]` samples as JSON
+    text. The labels are decoded once per label set (LabelSets), the samples of all series at once
+    (matrix_samples)."""
 
-    metric: dict[str, str]
-    values: list[Sample]
+    metric: msgspec.Raw
+    values: msgspec.Raw
+
+
+@dataclass(frozen=True)
+class LabelSet:
+    """A series' labels as decoded, and the key a pull gathers its samples by (the sorted items)."""
+
+    labels: dict[str, str]
+    key: tuple[tuple[str, str], ...]
+
+
+# A source's label sets by the JSON text they came as: the same series comes back in every window and part
+# of a pull, and its labels are decoded once.
+LabelSets = dict[bytes, LabelSet]
+_LABELS = msgspec.json.Decoder(dict[str, str])
+
+
+def label_set(raw: bytes, known: LabelSets) -> LabelSet:
+    """The labels of a matrix series given as JSON text, decoded once per text (`known`, filled here);
+    UnexpectedAnswer where they are not an object of strings with a `__name__`."""
+    found = known.get(raw)
+    if found is None:
+        try:
+            labels = _LABELS.decode(raw)
+        except msgspec.DecodeError as exc:
+            raise UnexpectedAnswer(_shape_problem(exc, "a series' labels are")) from None
+        if "__name__" not in labels:
+            raise UnexpectedAnswer("a series without __name__")
+        found = known[raw] = LabelSet(labels, tuple(sorted(labels.items())))
+    return found
 
 
 class VectorSeries(msgspec.Struct, gc=False):
@@ -116,10 +157,11 @@ _RESULTS: dict[str, msgspec.json.Decoder[Any]] = {
 }
 
 
-def decode_answer(body: bytes, result_type: str = "matrix") -> list[Any]:
+def decode_answer(body: bytes, result_type: str = "matrix", known: LabelSets | None = None) -> list[Any]:
     """`data.result` of an instant query's answer, decoded straight into typed series (no generic JSON
     objects), once the answer is seen to be one of `result_type`: `matrix` (raw samples of range selectors,
-    every series named: list[MatrixSeries]) or `vector` (an aggregate, labels only: list[VectorSeries]).
+    every series named: list[tuple[LabelSet, bytes]], each series' label set and its samples' JSON text;
+    labels decoded once per text in `known`) or `vector` (an aggregate, labels only: list[VectorSeries]).
     NotJson where the body is not JSON, UnexpectedAnswer where it is JSON of another shape."""
     try:
         answer = _ANSWER.decode(body)
@@ -139,9 +181,8 @@ def decode_answer(body: bytes, result_type: str = "matrix") -> list[Any]:
     except msgspec.DecodeError as exc:  # the raw slice is valid JSON already: a shape problem
         raise UnexpectedAnswer(_shape_problem(exc, "a series is")) from None
     if result_type == "matrix":
-        for item in result:
-            if "__name__" not in item.metric:
-                raise UnexpectedAnswer("a series without __name__")
+        known = {} if known is None else known
+        return [(label_set(bytes(item.metric), known), bytes(item.values)) for item in result]
     return result
 
 
@@ -174,6 +215,73 @@ def samples(values: list[Sample], w0: int, w1: int) -> tuple[np.ndarray, np.ndar
 
 _SECONDS = operator.attrgetter("seconds")
 _VALUE = operator.attrgetter("value")
+_SAMPLES = msgspec.json.Decoder(list[Sample])
+# What is left of `[[1700000000.123,"0.5"],...]` once these bytes are gone: numbers and commas.
+_SAMPLE_PUNCTUATION = b'[]" \t\r\n'
+
+
+def matrix_samples(
+    result: list[tuple[LabelSet, bytes]], w0: int, w1: int
+) -> tuple[int, list[tuple[LabelSet, np.ndarray, np.ndarray]]]:
+    """(samples received, each series' label set and samples with w0 <= ts < w1) of a decoded matrix answer,
+    series without a sample in the window left out. As `samples` reads them, but every series' numbers are
+    parsed in one Arrow cast (no Python object per sample; the interpreter is free meanwhile): the samples'
+    punctuation is dropped, so the text must be `[[number,"number"],...]` to the byte, as Prometheus,
+    Thanos, Mimir and VictoriaMetrics write it. An answer that is not is read sample by sample (`samples`),
+    which accepts any JSON layout and names what is wrong."""
+    if not result:
+        return 0, []
+    raws = [raw for _, raw in result]
+    counts = np.fromiter((raw.count(b"[") - 1 for raw in raws), np.int64, len(raws))
+    total = int(counts.sum())
+    numbers = _numbers(raws, counts, total)
+    if numbers is None:
+        out = []
+        for labels, raw in result:
+            try:
+                values = _SAMPLES.decode(raw)
+            except msgspec.DecodeError as exc:
+                raise UnexpectedAnswer(f'a sample is not [seconds, "value"]: {exc}') from None
+            out.append((labels, *samples(values, w0, w1)))
+        return total, [got for got in out if len(got[1])]
+    ts = np.rint(numbers[0::2] * 1000).astype(np.int64)
+    values = numbers[1::2]
+    bounds = np.cumsum(counts)[:-1]
+    out = []
+    for (labels, _), series_ts, series_values in zip(
+        result, np.split(ts, bounds), np.split(values, bounds), strict=True
+    ):
+        keep = (series_ts >= w0) & (series_ts < w1)
+        if not keep.all():
+            series_ts, series_values = series_ts[keep], series_values[keep]
+        if len(series_ts):
+            out.append((labels, series_ts, series_values))
+    return total, out
+
+
+def _numbers(raws: list[bytes], counts: np.ndarray, total: int) -> np.ndarray | None:
+    """The answer's samples' numbers, seconds and value alternating, as float() parses them ("NaN", "+Inf"
+    and "-0" included); None where the text is not `[[number,"number"],...]` to the byte."""
+    # Each sample `[n,"n"]`: a bracket and two quotes in its series, one quote after a comma.
+    if any(
+        (raw[:2] != b"[[" and raw != b"[]") or raw.count(b'"') != 2 * n
+        for raw, n in zip(raws, counts.tolist(), strict=True)
+    ):
+        return None
+    if not total:
+        return np.empty(0, np.float64)
+    text = b",".join(raw for raw in raws if raw != b"[]")
+    if text.count(b',"') != total:
+        return None
+    text = text.translate(None, _SAMPLE_PUNCTUATION)
+    fields = pc.list_flatten(pc.split_pattern(pa.array([text], pa.large_binary()), b","))
+    if len(fields) != 2 * total:
+        return None
+    try:
+        numbers = pc.cast(fields.cast(pa.large_string()), pa.float64())
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        return None
+    return numbers.to_numpy(zero_copy_only=False)
 
 
 def _sorted_rows(series: list[Series], keys: pa.Table) -> tuple[np.ndarray, np.ndarray, pa.Array]:
@@ -209,6 +317,21 @@ def _column(per_series: list[str | None], index: pa.Array) -> pa.Array:
     return pa.array(per_series, pa.string()).take(index)
 
 
+def _dictionary_column(per_series: list[str | None], index: pa.Array) -> pa.DictionaryArray:
+    """A per-series value for each of its rows, as indices into the distinct values (nulls as null indices)."""
+    encoded = pa.array(per_series, pa.string()).dictionary_encode()
+    return pa.DictionaryArray.from_arrays(encoded.indices.take(index), encoded.dictionary)
+
+
+# raw_dcgm_samples with its string columns dictionary-encoded (dcgm_table(dictionary=True)).
+RAW_DCGM_DICTIONARY_SCHEMA = pa.schema(
+    [
+        pa.field(f.name, pa.dictionary(pa.int32(), pa.string()) if f.type == pa.string() else f.type)
+        for f in RAW_DCGM_SCHEMA
+    ]
+)
+
+
 def _first(labels: dict[str, str], names: tuple[str, ...]) -> str | None:
     for name in names:
         value = labels.get(name)
@@ -236,11 +359,13 @@ class SeriesMapping:
         """The clusters other than `cluster` that series are labelled with (a selector that lets them in)."""
         return {v for s in series if (v := s.labels.get(self.cluster_label)) and v != cluster}
 
-    def dcgm_table(self, cluster: str, series: list[Series]) -> pa.Table:
+    def dcgm_table(self, cluster: str, series: list[Series], dictionary: bool = False) -> pa.Table:
         """raw_dcgm_samples of merged series (one array of samples each), sorted by (ts_ms, metric,
-        hostname, uuid, gpu_i_id)."""
+        hostname, uuid, gpu_i_id). With `dictionary`, each string column is dictionary-encoded by series
+        (RAW_DCGM_DICTIONARY_SCHEMA): no string is copied per sample, and a Parquet writer takes the
+        dictionary as it is."""
         if not series:
-            return RAW_DCGM_SCHEMA.empty_table()
+            return (RAW_DCGM_DICTIONARY_SCHEMA if dictionary else RAW_DCGM_SCHEMA).empty_table()
         rows = [self._dcgm_row(s.labels) for s in series]
         per_series = {"cluster": [r[0] or cluster for r in rows], "metric": [r[1] for r in rows]}
         for i, (column, _) in enumerate(DCGM_LABEL_COLUMNS, start=2):
@@ -253,10 +378,12 @@ class SeriesMapping:
             }
         )
         ts, values, index = _sorted_rows(series, keys)
-        columns = {name: _column(per_series[name], index) for name in per_series}
+        column = _dictionary_column if dictionary else _column
+        columns = {name: column(per_series[name], index) for name in per_series}
         columns["ts_ms"] = pa.array(ts, pa.int64())
         columns["value"] = pa.array(values, pa.float64())
-        return pa.table(columns).select(RAW_DCGM_SCHEMA.names).cast(RAW_DCGM_SCHEMA)
+        schema = RAW_DCGM_DICTIONARY_SCHEMA if dictionary else RAW_DCGM_SCHEMA
+        return pa.table(columns).select(schema.names).cast(schema)
 
     def _dcgm_row(self, labels: dict[str, str]) -> tuple[str | None, ...]:
         """A series' constant columns (its cluster label, name, and DCGM_LABEL_COLUMNS), worked out once
@@ -330,6 +457,15 @@ class SeriesMapping:
         )
         return table.cast(RAW_KUBE_SCHEMA)
 
+    def kube_series(self, cluster: str, series: list[Series]) -> KubeSeries:
+        """The kube samples of merged series (one array of samples each) as series: each series' key
+        (cluster, metric, `labels`, `target`) and its samples, without building rows."""
+        keys = []
+        for s in series:
+            row = self._kube_row(s.labels)
+            keys.append((row[0] or cluster, row[1], row[2], row[3]))
+        return KubeSeries(keys, [s.ts[0] for s in series], [s.values[0] for s in series])
+
     def _kube_row(self, labels: dict[str, str]) -> tuple[str | None, ...]:
         """A series' constant columns (cluster label, name, `labels` JSON, `target`), once per label set."""
         return self._constant_row(
@@ -346,6 +482,8 @@ class SeriesMapping:
 
 __all__ = [
     "DCGM_LABEL_COLUMNS",
+    "LabelSet",
+    "LabelSets",
     "TARGET_LABELS",
     "MatrixSeries",
     "NotJson",
@@ -357,6 +495,8 @@ __all__ = [
     "VectorSeries",
     "append_series",
     "decode_answer",
+    "label_set",
+    "matrix_samples",
     "parse_timestamp_ms",
     "samples",
 ]

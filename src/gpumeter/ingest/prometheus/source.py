@@ -29,13 +29,15 @@ from gpumeter.ingest.k8s_objects import (
     read_kept_snapshots,
 )
 from gpumeter.ingest.kube_api import KubeApi
+from gpumeter.ingest.kube_spans import KubeSeries
 from gpumeter.ingest.prometheus.answers import (
+    LabelSet,
     Series,
     SeriesByLabels,
     SeriesMapping,
     UnexpectedAnswer,
     append_series,
-    samples,
+    matrix_samples,
 )
 from gpumeter.ingest.prometheus.promql import nonzero_screen_query, raw_samples_query
 from gpumeter.ingest.prometheus.transport import PrometheusTransport, PullAborted, TooLarge
@@ -59,8 +61,8 @@ from gpumeter.storage import paths
 
 log = logging.getLogger(__name__)
 
-# The samples of one window: (a series' labels, its timestamps in ms, its values), per series answered.
-WindowSamples = list[tuple[dict[str, str], np.ndarray, np.ndarray]]
+# The samples of one window: (a series' label set, its timestamps in ms, its values), per series answered.
+WindowSamples = list[tuple[LabelSet, np.ndarray, np.ndarray]]
 
 
 class PrometheusRawSource:
@@ -144,6 +146,15 @@ class PrometheusRawSource:
         (ingest.pull writes each part as it comes). Replica dedupe looks a few Δ beyond each part (its
         margins are fetched with it) and keeps exactly the samples the whole stream's dedupe keeps, so the
         parts together are the day, also where a scrape's replica samples straddle a part edge."""
+        return self._day_parts(cluster, day, lookback_ms, kube_series=False)
+
+    def fetch_day_series_parts(self, cluster: str, day: date, lookback_ms: int) -> Iterator[RawDay]:
+        """`fetch_day_parts` in the pull's form (KubeSeriesSource): each part's kube samples as series
+        (RawDay.kube_series; the parts are hours in time order, so the pull makes the kube spans part by
+        part), its DCGM string columns dictionary-encoded by series."""
+        return self._day_parts(cluster, day, lookback_ms, kube_series=True)
+
+    def _day_parts(self, cluster: str, day: date, lookback_ms: int, kube_series: bool) -> Iterator[RawDay]:
         start_ms, end_ms = day_bounds_ms(day)
         start = start_ms - max(0, int(lookback_ms))
         self._reset_counts()
@@ -152,17 +163,22 @@ class PrometheusRawSource:
         # One part ahead: the next part is fetched (its queries in flight, its answers decoded) while the
         # caller writes this one. At most two parts are held.
         ahead = ThreadPoolExecutor(1, thread_name_prefix="gpumeter-prom-part")
-        pending = ahead.submit(self._fetch_samples, cluster, *parts[0], warned) if parts else None
+        pending = (
+            ahead.submit(self._fetch_samples, cluster, *parts[0], warned, kube_series) if parts else None
+        )
         try:
             for i in range(len(parts)):
                 assert pending is not None
                 dcgm, kube = pending.result()
                 pending = (
-                    ahead.submit(self._fetch_samples, cluster, *parts[i + 1], warned)
+                    ahead.submit(self._fetch_samples, cluster, *parts[i + 1], warned, kube_series)
                     if i + 1 < len(parts)
                     else None
                 )
-                yield RawDay(dcgm, kube)
+                if isinstance(kube, KubeSeries):
+                    yield RawDay(dcgm, RAW_KUBE_SCHEMA.empty_table(), kube_series=kube)
+                else:
+                    yield RawDay(dcgm, kube)
         finally:
             if pending is not None and not pending.done():
                 self.transport.abort()  # the caller stopped: the part ahead is not wanted
@@ -187,10 +203,16 @@ class PrometheusRawSource:
         self.samples_received = 0
 
     def _fetch_samples(
-        self, cluster: str, start_ms: int, end_ms: int, warned: set[tuple[str, str]]
-    ) -> tuple[pa.Table, pa.Table]:
-        """The DCGM and kube rows of [start_ms, end_ms), replicas deduped; `warned` holds what was already
-        warned about in this pull (one warning per pull, not per part).
+        self,
+        cluster: str,
+        start_ms: int,
+        end_ms: int,
+        warned: set[tuple[str, str]],
+        kube_series: bool = False,
+    ) -> tuple[pa.Table, pa.Table | KubeSeries]:
+        """The DCGM and kube rows of [start_ms, end_ms), replicas deduped (the kube samples as KubeSeries
+        where `kube_series`); `warned` holds what was already warned about in this pull (one warning per
+        pull, not per part).
 
         Replica dedupe decides a sample from the target's other replicas' scrapes within a few Δ of it
         (docs/prometheus.md, "HA pairs"), so where the window holds replica series, margins on both sides
@@ -215,9 +237,14 @@ class PrometheusRawSource:
             margin = need
         merged = self.replicas.dedupe(list(series.values()), start_ms, end_ms, warned)
         dcgm_series = [s for s in merged if kinds.get(s.labels.get("__name__", "")) == "dcgm"]
-        kube_series = [s for s in merged if kinds.get(s.labels.get("__name__", "")) == "kube"]
+        kube_samples = [s for s in merged if kinds.get(s.labels.get("__name__", "")) == "kube"]
         self._warn_foreign_clusters(cluster, merged, warned)
-        return self.mapping.dcgm_table(cluster, dcgm_series), self.mapping.kube_table(cluster, kube_series)
+        kube = (
+            self.mapping.kube_series(cluster, kube_samples)
+            if kube_series
+            else self.mapping.kube_table(cluster, kube_samples)
+        )
+        return self.mapping.dcgm_table(cluster, dcgm_series, dictionary=kube_series), kube
 
     def _pull(
         self, series: SeriesByLabels, metrics: Sequence[str], screened: set[str], spans: Sequence[Span]
@@ -251,8 +278,8 @@ class PrometheusRawSource:
                     # The failure itself, not a query that stopped because of it.
                     raise next((e for e in errors if not isinstance(e, PullAborted)), errors[0])
                 for future in futures:
-                    for labels, ts, values in future.result():
-                        append_series(series, labels, ts, values)
+                    for found, ts, values in future.result():
+                        append_series(series, found.labels, ts, values, found.key)
             finally:
                 stop.set()
                 pool.shutdown(wait=True, cancel_futures=True)
@@ -271,16 +298,10 @@ class PrometheusRawSource:
             if stop.is_set():
                 raise PullAborted
             query = self.query_for(metric, b - a, series)
-            out = []
-            received = 0
-            for item in self.transport.query(query, b):
-                received += len(item.values)
-                try:
-                    ts, values = samples(item.values, a, b)
-                except UnexpectedAnswer as exc:
-                    raise self.transport.unexpected_answer(query, b, exc) from None
-                if len(ts):
-                    out.append((item.metric, ts, values))
+            try:
+                received, out = matrix_samples(self.transport.query(query, b), a, b)
+            except UnexpectedAnswer as exc:
+                raise self.transport.unexpected_answer(query, b, exc) from None
             with self._count_lock:
                 self.samples_received += received
             return out
@@ -305,7 +326,9 @@ class PrometheusRawSource:
                 labels = item.metric
                 # Matchers also match series with more labels: keep only the flagged series itself.
                 wanted = {**labels, "__name__": metric}
-                out += [got for got in self._fetch_window(metric, a, b, stop, labels) if got[0] == wanted]
+                out += [
+                    got for got in self._fetch_window(metric, a, b, stop, labels) if got[0].labels == wanted
+                ]
             return out
 
         def refused(a: int, b: int, exc: TooLarge) -> Exception:

@@ -25,7 +25,7 @@ from urllib3.util.retry import Retry
 
 from gpumeter.config import PrometheusSource
 from gpumeter.ingest.contract import SourceError, one_line
-from gpumeter.ingest.prometheus.answers import NotJson, UnexpectedAnswer, decode_answer
+from gpumeter.ingest.prometheus.answers import LabelSets, NotJson, UnexpectedAnswer, decode_answer
 
 log = logging.getLogger(__name__)
 
@@ -104,6 +104,8 @@ class PrometheusTransport:
         self.backoff_seconds = backoff_seconds
         self._sleep = sleep
         self._local = threading.local()
+        # Label sets decoded so far, by their JSON text (answers.label_set): kept for the source's life.
+        self.label_sets: LabelSets = {}
         self._clients: list[_Client] = []
         self._stop = threading.Event()
         self._aborted = threading.Event()
@@ -284,7 +286,7 @@ class PrometheusTransport:
                 '(matchers such as cluster="prod-a")'
             )
         try:
-            return decode_answer(body, result_type)
+            return decode_answer(body, result_type, self.label_sets)
         except NotJson as exc:
             raise Retryable(
                 f"the response is not valid JSON ({exc}; {len(body)} bytes)",

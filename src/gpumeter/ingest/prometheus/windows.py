@@ -89,6 +89,8 @@ class ReplicaDedupe:
     url: str
 
     def replica_of(self, labels: dict[str, str]) -> Replica | None:
+        if labels.keys().isdisjoint(self.replica_labels):
+            return None
         values = tuple(labels.get(name, "") for name in self.replica_labels)
         return values if any(values) else None
 
@@ -137,7 +139,8 @@ class ReplicaDedupe:
         - a series' sample is kept where its replica's scrape at that timestamp is kept, so every series
           of a target has the kept scrapes' timestamps, each from one replica's complete scrape.
 
-        A series without a replica label is not deduped. `series` may reach beyond the window (its
+        `series` holds one entry per label set (SeriesByLabels' values). A series without a replica label is
+        not deduped. `series` may reach beyond the window (its
         margins): they inform the decision and are dropped after it. `warned` holds what this pull has
         warned about already."""
 
@@ -151,19 +154,27 @@ class ReplicaDedupe:
                 append_series(out, labels, ts, values)
 
         by_target: dict[Target, dict[Replica, list[Series]]] = defaultdict(lambda: defaultdict(list))
+        single: list[Series] = []  # the series of no replica, in the window
         for s in series:
             replica = self.replica_of(s.labels) if self.replica_labels else None
             if replica is None:
-                ts, values = np.concatenate(s.ts), np.concatenate(s.values)
+                ts, values = _joined(s.ts), _joined(s.values)
                 keep = window(ts)
-                add(s.labels, ts[keep], values[keep])
+                if not keep.all():
+                    ts, values = ts[keep], values[keep]
+                if len(ts):
+                    single.append(Series(s.labels, [ts], [values]))
             else:
                 by_target[self.target_of(s.labels)][replica].append(s)
+        if not by_target:  # `series` has one entry per label set: nothing to merge
+            return single
+        for s in single:
+            add(s.labels, s.ts[0], s.values[0])
         half = self.scrape_interval_ms // 2
         for target, replicas in sorted(by_target.items()):
             kept = np.empty(0, np.int64)  # the target's kept scrapes so far, sorted
             for replica in sorted(replicas):
-                members = [(s, np.concatenate(s.ts), np.concatenate(s.values)) for s in replicas[replica]]
+                members = [(s, _joined(s.ts), _joined(s.values)) for s in replicas[replica]]
                 scrapes = np.unique(np.concatenate([ts for _, ts, _ in members]))
                 if len(replicas) > 1:
                     self._warn_interval(target, replica, scrapes, warned)
@@ -179,7 +190,7 @@ class ReplicaDedupe:
                     keep[keep] = scrapes[at[keep]] == ts[keep]
                     labels = {k: v for k, v in s.labels.items() if k not in self.replica_labels}
                     add(labels, ts[keep], values[keep])
-        return [Series(s.labels, [np.concatenate(s.ts)], [np.concatenate(s.values)]) for s in out.values()]
+        return [Series(s.labels, [_joined(s.ts)], [_joined(s.values)]) for s in out.values()]
 
     def _warn_interval(
         self, target: Target, replica: Replica, scrapes: np.ndarray, warned: set[tuple[str, str]]
@@ -203,6 +214,11 @@ class ReplicaDedupe:
             interval / 1000,
             self.scrape_interval_ms / 1000,
         )
+
+
+def _joined(arrays: list[np.ndarray]) -> np.ndarray:
+    """One array of a series' gathered arrays (no copy where there is one)."""
+    return arrays[0] if len(arrays) == 1 else np.concatenate(arrays)
 
 
 __all__ = ["ReplicaDedupe", "Span", "chunks", "day_parts", "margins", "split_when_too_large"]
