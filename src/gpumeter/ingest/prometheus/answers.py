@@ -55,11 +55,13 @@ class UnexpectedAnswer(Exception):
 
 @dataclass
 class Series:
-    """The samples of one series (its whole label set) gathered so far, as arrays in the order they came."""
+    """The samples of one series (its whole label set; `key`: its sorted items) gathered so far, as arrays in
+    the order they came."""
 
     labels: dict[str, str]
     ts: list[np.ndarray]
     values: list[np.ndarray]
+    key: tuple[tuple[str, str], ...]
 
 
 SeriesByLabels = dict[tuple[tuple[str, str], ...], Series]
@@ -78,7 +80,7 @@ def append_series(
         key = tuple(sorted(labels.items()))
     entry = into.get(key)
     if entry is None:
-        into[key] = entry = Series(labels, [], [])
+        into[key] = entry = Series(labels, [], [], key)
     entry.ts.append(ts)
     entry.values.append(values)
 
@@ -366,7 +368,7 @@ class SeriesMapping:
         dictionary as it is."""
         if not series:
             return (RAW_DCGM_DICTIONARY_SCHEMA if dictionary else RAW_DCGM_SCHEMA).empty_table()
-        rows = [self._dcgm_row(s.labels) for s in series]
+        rows = [self._dcgm_row(s) for s in series]
         per_series = {"cluster": [r[0] or cluster for r in rows], "metric": [r[1] for r in rows]}
         for i, (column, _) in enumerate(DCGM_LABEL_COLUMNS, start=2):
             per_series[column] = [r[i] for r in rows]
@@ -385,24 +387,24 @@ class SeriesMapping:
         schema = RAW_DCGM_DICTIONARY_SCHEMA if dictionary else RAW_DCGM_SCHEMA
         return pa.table(columns).select(schema.names).cast(schema)
 
-    def _dcgm_row(self, labels: dict[str, str]) -> tuple[str | None, ...]:
+    def _dcgm_row(self, series: Series) -> tuple[str | None, ...]:
         """A series' constant columns (its cluster label, name, and DCGM_LABEL_COLUMNS), worked out once
         per label set and pull source: the same series comes back in every window and part."""
         return self._constant_row(
             "dcgm",
-            labels,
+            series,
             lambda: (
-                labels.get(self.cluster_label) or None,
-                labels["__name__"],
-                *(_first(labels, names) for _, names in DCGM_LABEL_COLUMNS),
+                series.labels.get(self.cluster_label) or None,
+                series.labels["__name__"],
+                *(_first(series.labels, names) for _, names in DCGM_LABEL_COLUMNS),
             ),
         )
 
     def _constant_row(
-        self, table: str, labels: dict[str, str], make: Callable[[], tuple[str | None, ...]]
+        self, table: str, series: Series, make: Callable[[], tuple[str | None, ...]]
     ) -> tuple[str | None, ...]:
         """`make()`'s row of a series' constant columns for `table`, kept per label set."""
-        key = (table, *sorted(labels.items()))
+        key = (table, series.key)
         row = self._rows.get(key)
         if row is None:
             row = self._rows[key] = make()
@@ -431,7 +433,7 @@ class SeriesMapping:
         target)."""
         if not series:
             return RAW_KUBE_SCHEMA.empty_table()
-        rows = [self._kube_row(s.labels) for s in series]
+        rows = [self._kube_row(s) for s in series]
         per_series = {
             "cluster": [r[0] or cluster for r in rows],
             "metric": [r[1] for r in rows],
@@ -462,20 +464,20 @@ class SeriesMapping:
         (cluster, metric, `labels`, `target`) and its samples, without building rows."""
         keys = []
         for s in series:
-            row = self._kube_row(s.labels)
+            row = self._kube_row(s)
             keys.append((row[0] or cluster, row[1], row[2], row[3]))
         return KubeSeries(keys, [s.ts[0] for s in series], [s.values[0] for s in series])
 
-    def _kube_row(self, labels: dict[str, str]) -> tuple[str | None, ...]:
+    def _kube_row(self, series: Series) -> tuple[str | None, ...]:
         """A series' constant columns (cluster label, name, `labels` JSON, `target`), once per label set."""
         return self._constant_row(
             "kube",
-            labels,
+            series,
             lambda: (
-                labels.get(self.cluster_label) or None,
-                labels["__name__"],
-                self.kube_labels(labels),
-                self.kube_target(labels),
+                series.labels.get(self.cluster_label) or None,
+                series.labels["__name__"],
+                self.kube_labels(series.labels),
+                self.kube_target(series.labels),
             ),
         )
 

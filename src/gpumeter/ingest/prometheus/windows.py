@@ -163,7 +163,7 @@ class ReplicaDedupe:
                 if not keep.all():
                     ts, values = ts[keep], values[keep]
                 if len(ts):
-                    single.append(Series(s.labels, [ts], [values]))
+                    single.append(Series(s.labels, [ts], [values], s.key))
             else:
                 by_target[self.target_of(s.labels)][replica].append(s)
         if not by_target:  # `series` has one entry per label set: nothing to merge
@@ -190,7 +190,7 @@ class ReplicaDedupe:
                     keep[keep] = scrapes[at[keep]] == ts[keep]
                     labels = {k: v for k, v in s.labels.items() if k not in self.replica_labels}
                     add(labels, ts[keep], values[keep])
-        return [Series(s.labels, [_joined(s.ts)], [_joined(s.values)]) for s in out.values()]
+        return [Series(s.labels, [_joined(s.ts)], [_joined(s.values)], s.key) for s in out.values()]
 
     def _warn_interval(
         self, target: Target, replica: Replica, scrapes: np.ndarray, warned: set[tuple[str, str]]
