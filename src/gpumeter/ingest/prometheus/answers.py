@@ -248,16 +248,16 @@ def matrix_samples(
         return total, [got for got in out if len(got[1])]
     ts = np.rint(numbers[0::2] * 1000).astype(np.int64)
     values = numbers[1::2]
-    bounds = np.cumsum(counts)[:-1]
-    out = []
-    for (labels, _), series_ts, series_values in zip(
-        result, np.split(ts, bounds), np.split(values, bounds), strict=True
-    ):
-        keep = (series_ts >= w0) & (series_ts < w1)
-        if not keep.all():
-            series_ts, series_values = series_ts[keep], series_values[keep]
-        if len(series_ts):
-            out.append((labels, series_ts, series_values))
+    keep = (ts >= w0) & (ts < w1)
+    if not keep.all():  # counts per series of the samples kept
+        counts = np.bincount(np.repeat(np.arange(len(counts)), counts)[keep], minlength=len(counts))
+        ts, values = ts[keep], values[keep]
+    ends = np.cumsum(counts)
+    out = [
+        (labels, ts[start:end], values[start:end])
+        for (labels, _), start, end in zip(result, (ends - counts).tolist(), ends.tolist(), strict=True)
+        if end > start
+    ]
     return total, out
 
 

@@ -158,14 +158,16 @@ class ReplicaDedupe:
         for s in series:
             replica = self.replica_of(s.labels) if self.replica_labels else None
             if replica is None:
-                ts, values = _joined(s.ts), _joined(s.values)
-                keep = window(ts)
-                if not keep.all():
-                    ts, values = ts[keep], values[keep]
-                if len(ts):
-                    single.append(Series(s.labels, [ts], [values], s.key))
+                single.append(Series(s.labels, [_joined(s.ts)], [_joined(s.values)], s.key))
             else:
                 by_target[self.target_of(s.labels)][replica].append(s)
+        if single and not window(np.concatenate([s.ts[0] for s in single])).all():  # margins: cut them off
+            cut = []
+            for s in single:
+                keep = window(s.ts[0])
+                if keep.any():
+                    cut.append(Series(s.labels, [s.ts[0][keep]], [s.values[0][keep]], s.key))
+            single = cut
         if not by_target:  # `series` has one entry per label set: nothing to merge
             return single
         for s in single:
