@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 import operator
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -55,16 +55,16 @@ class UnexpectedAnswer(Exception):
 
 @dataclass
 class Series:
-    """The samples of one series (its whole label set; `key`: its sorted items) gathered so far, as arrays in
-    the order they came."""
+    """The samples of one series gathered so far, as arrays in the order they came. `key` stands for its
+    label set: the LabelSet it was answered with, or its labels' sorted items."""
 
     labels: dict[str, str]
     ts: list[np.ndarray]
     values: list[np.ndarray]
-    key: tuple[tuple[str, str], ...]
+    key: Hashable
 
 
-SeriesByLabels = dict[tuple[tuple[str, str], ...], Series]
+SeriesByLabels = dict[Hashable, Series]
 
 
 def append_series(
@@ -72,10 +72,10 @@ def append_series(
     labels: dict[str, str],
     ts: np.ndarray,
     values: np.ndarray,
-    key: tuple[tuple[str, str], ...] | None = None,
+    key: Hashable | None = None,
 ) -> None:
-    """Samples of one series (by its whole label set; `key`: its sorted items, where known) added to what is
-    already gathered for it."""
+    """Samples of one series added to what is already gathered for it: by `key` (the LabelSet it was
+    answered with: one object per label set of a source), else by its labels' sorted items."""
     if key is None:
         key = tuple(sorted(labels.items()))
     entry = into.get(key)
@@ -102,12 +102,12 @@ class MatrixSeries(msgspec.Struct, gc=False):
     values: msgspec.Raw
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class LabelSet:
-    """A series' labels as decoded, and the key a pull gathers its samples by (the sorted items)."""
+    """A series' labels as decoded. One object per label set and source (label_set), compared and hashed as
+    that object: a pull gathers a series' samples by it."""
 
     labels: dict[str, str]
-    key: tuple[tuple[str, str], ...]
 
 
 # A source's label sets by the JSON text they came as: the same series comes back in every window and part
@@ -127,7 +127,7 @@ def label_set(raw: bytes, known: LabelSets) -> LabelSet:
             raise UnexpectedAnswer(_shape_problem(exc, "a series' labels are")) from None
         if "__name__" not in labels:
             raise UnexpectedAnswer("a series without __name__")
-        found = known[raw] = LabelSet(labels, tuple(sorted(labels.items())))
+        found = known[raw] = LabelSet(labels)
     return found
 
 

@@ -321,7 +321,7 @@ class PrometheusRawSource:
                     raise next((e for e in errors if not isinstance(e, PullAborted)), errors[0])
                 for future in futures:
                     for found, ts, values in future.result():
-                        append_series(series, found.labels, ts, values, found.key)
+                        append_series(series, found.labels, ts, values, found)
             finally:
                 stop.set()
                 pool.shutdown(wait=True, cancel_futures=True)
