@@ -84,4 +84,3 @@ def test_labels_are_decoded_once_per_label_set() -> None:
     assert len(known) == 3
     assert all(a[0] is b[0] for a, b in zip(first, again, strict=True))
     assert first[0][0].labels == {"__name__": UTIL, "UUID": "GPU-1"}
-    assert first[0][0].key == (("UUID", "GPU-1"), ("__name__", UTIL))

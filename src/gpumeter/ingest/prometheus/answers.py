@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 import operator
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -55,14 +55,16 @@ class UnexpectedAnswer(Exception):
 
 @dataclass
 class Series:
-    """The samples of one series (its whole label set) gathered so far, as arrays in the order they came."""
+    """The samples of one series gathered so far, as arrays in the order they came. `key` stands for its
+    label set: the LabelSet it was answered with, or its labels' sorted items."""
 
     labels: dict[str, str]
     ts: list[np.ndarray]
     values: list[np.ndarray]
+    key: Hashable
 
 
-SeriesByLabels = dict[tuple[tuple[str, str], ...], Series]
+SeriesByLabels = dict[Hashable, Series]
 
 
 def append_series(
@@ -70,15 +72,15 @@ def append_series(
     labels: dict[str, str],
     ts: np.ndarray,
     values: np.ndarray,
-    key: tuple[tuple[str, str], ...] | None = None,
+    key: Hashable | None = None,
 ) -> None:
-    """Samples of one series (by its whole label set; `key`: its sorted items, where known) added to what is
-    already gathered for it."""
+    """Samples of one series added to what is already gathered for it: by `key` (the LabelSet it was
+    answered with: one object per label set of a source), else by its labels' sorted items."""
     if key is None:
         key = tuple(sorted(labels.items()))
     entry = into.get(key)
     if entry is None:
-        into[key] = entry = Series(labels, [], [])
+        into[key] = entry = Series(labels, [], [], key)
     entry.ts.append(ts)
     entry.values.append(values)
 
@@ -100,12 +102,12 @@ class MatrixSeries(msgspec.Struct, gc=False):
     values: msgspec.Raw
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class LabelSet:
-    """A series' labels as decoded, and the key a pull gathers its samples by (the sorted items)."""
+    """A series' labels as decoded. One object per label set and source (label_set), compared and hashed as
+    that object: a pull gathers a series' samples by it."""
 
     labels: dict[str, str]
-    key: tuple[tuple[str, str], ...]
 
 
 # A source's label sets by the JSON text they came as: the same series comes back in every window and part
@@ -125,7 +127,7 @@ def label_set(raw: bytes, known: LabelSets) -> LabelSet:
             raise UnexpectedAnswer(_shape_problem(exc, "a series' labels are")) from None
         if "__name__" not in labels:
             raise UnexpectedAnswer("a series without __name__")
-        found = known[raw] = LabelSet(labels, tuple(sorted(labels.items())))
+        found = known[raw] = LabelSet(labels)
     return found
 
 
@@ -246,16 +248,16 @@ def matrix_samples(
         return total, [got for got in out if len(got[1])]
     ts = np.rint(numbers[0::2] * 1000).astype(np.int64)
     values = numbers[1::2]
-    bounds = np.cumsum(counts)[:-1]
-    out = []
-    for (labels, _), series_ts, series_values in zip(
-        result, np.split(ts, bounds), np.split(values, bounds), strict=True
-    ):
-        keep = (series_ts >= w0) & (series_ts < w1)
-        if not keep.all():
-            series_ts, series_values = series_ts[keep], series_values[keep]
-        if len(series_ts):
-            out.append((labels, series_ts, series_values))
+    keep = (ts >= w0) & (ts < w1)
+    if not keep.all():  # counts per series of the samples kept
+        counts = np.bincount(np.repeat(np.arange(len(counts)), counts)[keep], minlength=len(counts))
+        ts, values = ts[keep], values[keep]
+    ends = np.cumsum(counts)
+    out = [
+        (labels, ts[start:end], values[start:end])
+        for (labels, _), start, end in zip(result, (ends - counts).tolist(), ends.tolist(), strict=True)
+        if end > start
+    ]
     return total, out
 
 
@@ -366,7 +368,7 @@ class SeriesMapping:
         dictionary as it is."""
         if not series:
             return (RAW_DCGM_DICTIONARY_SCHEMA if dictionary else RAW_DCGM_SCHEMA).empty_table()
-        rows = [self._dcgm_row(s.labels) for s in series]
+        rows = [self._dcgm_row(s) for s in series]
         per_series = {"cluster": [r[0] or cluster for r in rows], "metric": [r[1] for r in rows]}
         for i, (column, _) in enumerate(DCGM_LABEL_COLUMNS, start=2):
             per_series[column] = [r[i] for r in rows]
@@ -385,24 +387,24 @@ class SeriesMapping:
         schema = RAW_DCGM_DICTIONARY_SCHEMA if dictionary else RAW_DCGM_SCHEMA
         return pa.table(columns).select(schema.names).cast(schema)
 
-    def _dcgm_row(self, labels: dict[str, str]) -> tuple[str | None, ...]:
+    def _dcgm_row(self, series: Series) -> tuple[str | None, ...]:
         """A series' constant columns (its cluster label, name, and DCGM_LABEL_COLUMNS), worked out once
         per label set and pull source: the same series comes back in every window and part."""
         return self._constant_row(
             "dcgm",
-            labels,
+            series,
             lambda: (
-                labels.get(self.cluster_label) or None,
-                labels["__name__"],
-                *(_first(labels, names) for _, names in DCGM_LABEL_COLUMNS),
+                series.labels.get(self.cluster_label) or None,
+                series.labels["__name__"],
+                *(_first(series.labels, names) for _, names in DCGM_LABEL_COLUMNS),
             ),
         )
 
     def _constant_row(
-        self, table: str, labels: dict[str, str], make: Callable[[], tuple[str | None, ...]]
+        self, table: str, series: Series, make: Callable[[], tuple[str | None, ...]]
     ) -> tuple[str | None, ...]:
         """`make()`'s row of a series' constant columns for `table`, kept per label set."""
-        key = (table, *sorted(labels.items()))
+        key = (table, series.key)
         row = self._rows.get(key)
         if row is None:
             row = self._rows[key] = make()
@@ -431,7 +433,7 @@ class SeriesMapping:
         target)."""
         if not series:
             return RAW_KUBE_SCHEMA.empty_table()
-        rows = [self._kube_row(s.labels) for s in series]
+        rows = [self._kube_row(s) for s in series]
         per_series = {
             "cluster": [r[0] or cluster for r in rows],
             "metric": [r[1] for r in rows],
@@ -462,20 +464,20 @@ class SeriesMapping:
         (cluster, metric, `labels`, `target`) and its samples, without building rows."""
         keys = []
         for s in series:
-            row = self._kube_row(s.labels)
+            row = self._kube_row(s)
             keys.append((row[0] or cluster, row[1], row[2], row[3]))
         return KubeSeries(keys, [s.ts[0] for s in series], [s.values[0] for s in series])
 
-    def _kube_row(self, labels: dict[str, str]) -> tuple[str | None, ...]:
+    def _kube_row(self, series: Series) -> tuple[str | None, ...]:
         """A series' constant columns (cluster label, name, `labels` JSON, `target`), once per label set."""
         return self._constant_row(
             "kube",
-            labels,
+            series,
             lambda: (
-                labels.get(self.cluster_label) or None,
-                labels["__name__"],
-                self.kube_labels(labels),
-                self.kube_target(labels),
+                series.labels.get(self.cluster_label) or None,
+                series.labels["__name__"],
+                self.kube_labels(series.labels),
+                self.kube_target(series.labels),
             ),
         )
 

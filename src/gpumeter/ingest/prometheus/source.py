@@ -11,7 +11,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
+from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
 from datetime import UTC, date, datetime
 from pathlib import Path
 from typing import Any
@@ -142,7 +142,7 @@ class PrometheusRawSource:
 
     def fetch_day_parts(self, cluster: str, day: date, lookback_ms: int) -> Iterator[RawDay]:
         """The same rows as `fetch_day` (in another order), one part of `dedupe_bucket_seconds` (an hour by
-        default) at a time, the DRA objects last: a pull holds two parts' samples at most, not the day's
+        default) at a time, the DRA objects last: a pull holds three parts' samples at most, not the day's
         (ingest.pull writes each part as it comes). Replica dedupe looks a few Δ beyond each part (its
         margins are fetched with it) and keeps exactly the samples the whole stream's dedupe keeps, so the
         parts together are the day, also where a scrape's replica samples straddle a part edge."""
@@ -160,29 +160,54 @@ class PrometheusRawSource:
         self._reset_counts()
         warned: set[tuple[str, str]] = set()
         parts = list(day_parts(start, end_ms, self.bucket_ms))
-        # One part ahead: the next part is fetched (its queries in flight, its answers decoded) while the
-        # caller writes this one. At most two parts are held.
-        ahead = ThreadPoolExecutor(1, thread_name_prefix="gpumeter-prom-part")
-        pending = (
-            ahead.submit(self._fetch_samples, cluster, *parts[0], warned, kube_series) if parts else None
-        )
-        try:
-            for i in range(len(parts)):
-                assert pending is not None
-                dcgm, kube = pending.result()
-                pending = (
-                    ahead.submit(self._fetch_samples, cluster, *parts[i + 1], warned, kube_series)
-                    if i + 1 < len(parts)
-                    else None
+        # Pipelined: while the caller writes part i, part i + 1's answers are made into tables and part
+        # i + 2's queries are in flight, so the server is not left idle while the client works. At most
+        # three parts are held. One thread fetches (one part's queries at a time, within
+        # max_concurrent_queries), another makes the tables.
+        fetcher = ThreadPoolExecutor(1, thread_name_prefix="gpumeter-prom-fetch")
+        maker = ThreadPoolExecutor(1, thread_name_prefix="gpumeter-prom-part")
+        fetched: dict[int, Future[SeriesByLabels]] = {}
+        made: dict[int, Future[tuple[pa.Table, pa.Table | KubeSeries]]] = {}
+
+        failed = threading.Event()
+
+        def fetch_part(i: int) -> SeriesByLabels:
+            if failed.is_set():  # a part before failed: its error is the pull's, nothing more is asked
+                raise PullAborted
+            try:
+                return self._fetch_series(*parts[i])
+            except BaseException:
+                failed.set()
+                raise
+
+        def fetch(i: int) -> None:
+            if i < len(parts):
+                fetched[i] = fetcher.submit(fetch_part, i)
+
+        def make(i: int) -> None:
+            if i < len(parts):
+                series = fetched.pop(i)
+                made[i] = maker.submit(
+                    lambda: self._tables(cluster, series.result(), *parts[i], warned, kube_series)
                 )
+
+        try:
+            fetch(0)
+            fetch(1)
+            make(0)
+            for i in range(len(parts)):
+                dcgm, kube = made.pop(i).result()
+                fetch(i + 2)
+                make(i + 1)
                 if isinstance(kube, KubeSeries):
                     yield RawDay(dcgm, RAW_KUBE_SCHEMA.empty_table(), kube_series=kube)
                 else:
                     yield RawDay(dcgm, kube)
         finally:
-            if pending is not None and not pending.done():
-                self.transport.abort()  # the caller stopped: the part ahead is not wanted
-            ahead.shutdown(wait=True, cancel_futures=True)
+            if any(not f.done() for f in (*fetched.values(), *made.values())):
+                self.transport.abort()  # the caller stopped, or a part failed: the parts ahead are not wanted
+            maker.shutdown(wait=True, cancel_futures=True)
+            fetcher.shutdown(wait=True, cancel_futures=True)
         allocations, devices, snapshot = self._k8s_objects(cluster, start, end_ms)
         yield RawDay(
             RAW_DCGM_SCHEMA.empty_table(), RAW_KUBE_SCHEMA.empty_table(), allocations, devices, snapshot
@@ -217,12 +242,16 @@ class PrometheusRawSource:
         Replica dedupe decides a sample from the target's other replicas' scrapes within a few Δ of it
         (docs/prometheus.md, "HA pairs"), so where the window holds replica series, margins on both sides
         are fetched too: the rows of the window are then the whole stored stream's, whatever the window."""
+        series = self._fetch_series(start_ms, end_ms)
+        return self._tables(cluster, series, start_ms, end_ms, warned, kube_series)
+
+    def _fetch_series(self, start_ms: int, end_ms: int) -> SeriesByLabels:
+        """The answers for [start_ms, end_ms) by series, with the margins the replica dedupe needs."""
         self.transport.load_headers()
         metrics = [(m, "dcgm") for m in self.dcgm_metrics] + [(m, "kube") for m in self.kube_metrics]
         # R11 reads XID only as "some value != 0": its raw samples are fetched only in windows where an
         # aggregate says a series has one (docs/prometheus.md, "What is pushed down").
         screened = {DCGM_XID} & set(self.dcgm_metrics) if self.spec.pushdown else set()
-        kinds = dict(metrics)
         series: SeriesByLabels = {}
         self._pull(series, [m for m, _ in metrics], screened, [(start_ms, end_ms)])
         margin = 0
@@ -235,6 +264,19 @@ class PrometheusRawSource:
             unscreened = [m for m, _ in metrics if m not in screened]
             self._pull(series, unscreened, set(), margins(start_ms, end_ms, margin, need))
             margin = need
+        return series
+
+    def _tables(
+        self,
+        cluster: str,
+        series: SeriesByLabels,
+        start_ms: int,
+        end_ms: int,
+        warned: set[tuple[str, str]],
+        kube_series: bool,
+    ) -> tuple[pa.Table, pa.Table | KubeSeries]:
+        """The fetched series of [start_ms, end_ms) deduped and made into the DCGM and kube tables."""
+        kinds = {m: "dcgm" for m in self.dcgm_metrics} | {m: "kube" for m in self.kube_metrics}
         merged = self.replicas.dedupe(list(series.values()), start_ms, end_ms, warned)
         dcgm_series = [s for s in merged if kinds.get(s.labels.get("__name__", "")) == "dcgm"]
         kube_samples = [s for s in merged if kinds.get(s.labels.get("__name__", "")) == "kube"]
@@ -279,7 +321,7 @@ class PrometheusRawSource:
                     raise next((e for e in errors if not isinstance(e, PullAborted)), errors[0])
                 for future in futures:
                     for found, ts, values in future.result():
-                        append_series(series, found.labels, ts, values, found.key)
+                        append_series(series, found.labels, ts, values, found)
             finally:
                 stop.set()
                 pool.shutdown(wait=True, cancel_futures=True)

@@ -19,8 +19,8 @@ from __future__ import annotations
 import itertools
 import logging
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Hashable, Iterable, Sequence
+from dataclasses import dataclass, field
 from typing import TypeVar
 
 import numpy as np
@@ -87,6 +87,8 @@ class ReplicaDedupe:
     cluster_label: str
     scrape_interval_ms: int
     url: str
+    # Label set (a Series' key) -> its replica: each label set's is worked out once per source.
+    _replicas: dict[Hashable, Replica | None] = field(default_factory=dict, compare=False, repr=False)
 
     def replica_of(self, labels: dict[str, str]) -> Replica | None:
         if labels.keys().isdisjoint(self.replica_labels):
@@ -94,8 +96,16 @@ class ReplicaDedupe:
         values = tuple(labels.get(name, "") for name in self.replica_labels)
         return values if any(values) else None
 
+    def _replica(self, series: Series) -> Replica | None:
+        """replica_of a series' labels, worked out once per label set (its key)."""
+        try:
+            return self._replicas[series.key]
+        except KeyError:
+            replica = self._replicas[series.key] = self.replica_of(series.labels)
+            return replica
+
     def has_replicas(self, series: Iterable[Series]) -> bool:
-        return bool(self.replica_labels) and any(self.replica_of(s.labels) for s in series)
+        return bool(self.replica_labels) and any(self._replica(s) for s in series)
 
     def target_of(self, labels: dict[str, str]) -> Target:
         """The scrape target of a series: (cluster, job, instance). A series without either (federated, or
@@ -114,7 +124,7 @@ class ReplicaDedupe:
     def _replicas_per_target(self, series: Iterable[Series]) -> dict[Target, set[Replica]]:
         out: dict[Target, set[Replica]] = defaultdict(set)
         for s in series:
-            replica = self.replica_of(s.labels)
+            replica = self._replica(s)
             if replica is not None:
                 out[self.target_of(s.labels)].add(replica)
         return out
@@ -156,16 +166,18 @@ class ReplicaDedupe:
         by_target: dict[Target, dict[Replica, list[Series]]] = defaultdict(lambda: defaultdict(list))
         single: list[Series] = []  # the series of no replica, in the window
         for s in series:
-            replica = self.replica_of(s.labels) if self.replica_labels else None
+            replica = self._replica(s) if self.replica_labels else None
             if replica is None:
-                ts, values = _joined(s.ts), _joined(s.values)
-                keep = window(ts)
-                if not keep.all():
-                    ts, values = ts[keep], values[keep]
-                if len(ts):
-                    single.append(Series(s.labels, [ts], [values]))
+                single.append(Series(s.labels, [_joined(s.ts)], [_joined(s.values)], s.key))
             else:
                 by_target[self.target_of(s.labels)][replica].append(s)
+        if single and not window(np.concatenate([s.ts[0] for s in single])).all():  # margins: cut them off
+            cut = []
+            for s in single:
+                keep = window(s.ts[0])
+                if keep.any():
+                    cut.append(Series(s.labels, [s.ts[0][keep]], [s.values[0][keep]], s.key))
+            single = cut
         if not by_target:  # `series` has one entry per label set: nothing to merge
             return single
         for s in single:
@@ -190,7 +202,7 @@ class ReplicaDedupe:
                     keep[keep] = scrapes[at[keep]] == ts[keep]
                     labels = {k: v for k, v in s.labels.items() if k not in self.replica_labels}
                     add(labels, ts[keep], values[keep])
-        return [Series(s.labels, [_joined(s.ts)], [_joined(s.values)]) for s in out.values()]
+        return [Series(s.labels, [_joined(s.ts)], [_joined(s.values)], s.key) for s in out.values()]
 
     def _warn_interval(
         self, target: Target, replica: Replica, scrapes: np.ndarray, warned: set[tuple[str, str]]
