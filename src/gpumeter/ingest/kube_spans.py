@@ -152,7 +152,7 @@ class KubeSeries:
     values: Sequence[np.ndarray]
 
     def rows(self) -> pa.Table:
-        """raw_kube_samples rows of these samples (for readers that want rows: tests, a whole-day fetch)."""
+        """raw_kube_samples rows of these samples: what a source hands over where rows are asked for."""
         if not self.keys:
             return RAW_KUBE_SCHEMA.empty_table()
         lengths = [len(t) for t in self.ts]
@@ -238,7 +238,7 @@ class SpanBuilder:
             key, value, ts, scrape_no = key[at], value[at], ts[at], scrape_no[at]
             order = np.lexsort((scrape_no, copies, value, key))
             key, value, ts, scrape_no, copies = (a[order] for a in (key, value, ts, scrape_no, copies))
-        self._runs.append(_runs(key, value, copies, ts, scrape_no))
+        self._runs.append(_runs(key, value, copies, ts, ts, scrape_no, scrape_no))
 
     def _check_order(self, grid: np.ndarray) -> None:
         """A part's scrapes all come after the parts before's (KubeSeries' contract), target by target."""
@@ -270,16 +270,7 @@ class SpanBuilder:
         key, value, copies, ts, last, first_no, last_no = (
             a[order] for a in (key, value, copies, ts, last, first_no, last_no)
         )
-        starts = np.ones(len(key), bool)
-        starts[1:] = (
-            (key[1:] != key[:-1])
-            | ~_same_value(value[1:], value[:-1])
-            | (copies[1:] != copies[:-1])
-            | (first_no[1:] != last_no[:-1] + 1)
-        )
-        at = np.flatnonzero(starts)
-        ends = np.append(at[1:], len(key)) - 1
-        key, value, copies, ts, last = key[at], value[at], copies[at], ts[at], last[ends]
+        key, value, copies, ts, last = _runs(key, value, copies, ts, last, first_no, last_no)
         keys = list(zip(*self._keys, strict=True))
         index = pa.array(key)
         spans = {
@@ -326,20 +317,27 @@ def _scrape_id(target: np.ndarray, ts: np.ndarray) -> np.ndarray:
 
 
 def _runs(
-    key: np.ndarray, value: np.ndarray, copies: np.ndarray, ts: np.ndarray, scrape_no: np.ndarray
+    key: np.ndarray,
+    value: np.ndarray,
+    copies: np.ndarray,
+    ts: np.ndarray,
+    last_ms: np.ndarray,
+    first_no: np.ndarray,
+    last_no: np.ndarray,
 ) -> tuple[np.ndarray, ...]:
-    """Samples in (series, value, copies, time) order as runs: (key, value, copies, ts_ms, last_ms) of each
-    run of consecutive scrapes."""
+    """Samples or runs (from `ts`, scrape `first_no`, to `last_ms`, scrape `last_no`) in (series, value,
+    copies, time) order, joined where one begins at the scrape after the one before ends: (key, value,
+    copies, ts_ms, last_ms) of each joined run."""
     starts = np.ones(len(key), bool)
     starts[1:] = (
         (key[1:] != key[:-1])
         | ~_same_value(value[1:], value[:-1])
         | (copies[1:] != copies[:-1])
-        | (scrape_no[1:] != scrape_no[:-1] + 1)
+        | (first_no[1:] != last_no[:-1] + 1)
     )
     at = np.flatnonzero(starts)
     ends = np.append(at[1:], len(key)) - 1
-    return key[at], value[at], copies[at], ts[at], ts[ends]
+    return key[at], value[at], copies[at], ts[at], last_ms[ends]
 
 
 # The stored order of spans: total, so that a re-pull stores the same bytes (R15).
