@@ -228,22 +228,16 @@ class PrometheusRawSource:
         self.samples_received = 0
 
     def _fetch_samples(
-        self,
-        cluster: str,
-        start_ms: int,
-        end_ms: int,
-        warned: set[tuple[str, str]],
-        kube_series: bool = False,
+        self, cluster: str, start_ms: int, end_ms: int, warned: set[tuple[str, str]]
     ) -> tuple[pa.Table, pa.Table | KubeSeries]:
-        """The DCGM and kube rows of [start_ms, end_ms), replicas deduped (the kube samples as KubeSeries
-        where `kube_series`); `warned` holds what was already warned about in this pull (one warning per
-        pull, not per part).
+        """The DCGM and kube rows of [start_ms, end_ms), replicas deduped; `warned` holds what was already
+        warned about in this pull (one warning per pull, not per part).
 
         Replica dedupe decides a sample from the target's other replicas' scrapes within a few Δ of it
         (docs/prometheus.md, "HA pairs"), so where the window holds replica series, margins on both sides
         are fetched too: the rows of the window are then the whole stored stream's, whatever the window."""
         series = self._fetch_series(start_ms, end_ms)
-        return self._tables(cluster, series, start_ms, end_ms, warned, kube_series)
+        return self._tables(cluster, series, start_ms, end_ms, warned, kube_series=False)
 
     def _fetch_series(self, start_ms: int, end_ms: int) -> SeriesByLabels:
         """The answers for [start_ms, end_ms) by series, with the margins the replica dedupe needs."""
