@@ -16,6 +16,9 @@ time is measured by the child around the work only (interpreter start-up exclude
   prom_pull     (e) gpumeter's Prometheus pull of that day, staged part by part (gpumeter.billing.month.pull_raw_day)
   bare_http     the same HTTP requests as (e), replayed with urllib in the same encoding: bodies fetched
                 (and gunzipped), nothing parsed
+  remote_read   the same samples through Prometheus remote read (`--response samples` or `chunks`): bodies
+                fetched (and unsnappied), nothing parsed; then, untimed, each answer's samples counted and
+                the parse of the raw-sample answers timed (bench/remote_read.py)
   rollup        the monthly invoice roll-up (gpumeter.billing.month.roll_up_month)
   dashboard     every page of the app through Streamlit's AppTest, one viewer (the slowest page)
   dashboard_viewers  `--viewers` viewers at once through the real server (each viewer's slowest page)
@@ -790,6 +793,53 @@ def step_bare_http(ws: Workspace, url: str, requests_file: Path, concurrency: in
     return Measure("bare_http", ws.gpus, wall, 0, extra=extra)
 
 
+def step_remote_read(
+    ws: Workspace, url: str, requests_file: Path, concurrency: int, response: str
+) -> Measure:
+    """The pull's requests as remote reads where they are raw-sample selectors (the XID query as the pull sends
+    it, gzipped): each body fetched whole and, for raw samples, decompressed, nothing parsed, with the bare
+    fetch's concurrency. Then, not timed, each answer's samples are counted against the JSON answer of the
+    same request (`samples_match`), and for raw samples the protobuf parse is timed on its own
+    (`parse_cpu_s`: what a client must add before it holds a sample)."""
+    from bench import remote_read
+
+    requests = remote_read.recorded_requests(iter(requests_file.read_text(encoding="utf-8").splitlines()))
+    response_type = {"samples": remote_read.SAMPLES, "chunks": remote_read.STREAMED_XOR_CHUNKS}[response]
+
+    def fetch(item: remote_read.RecordedRequest) -> tuple[int, bytes]:
+        if item.selector is None:
+            return remote_read.fetch_json(url, item)
+        return remote_read.fetch_remote(url, item, response_type)
+
+    started = time.perf_counter()
+    with ThreadPoolExecutor(concurrency) as pool:
+        answers = list(pool.map(fetch, requests))
+    wall = time.perf_counter() - started
+    samples = parse_cpu = 0.0
+    matched = True
+    for item, (_, body) in zip(requests, answers, strict=True):
+        if item.selector is None:
+            continue
+        if response_type == remote_read.SAMPLES:
+            before = time.process_time()
+            count = remote_read.samples_in_response(body)
+            parse_cpu += time.process_time() - before
+        else:
+            count = remote_read.samples_in_chunks(body)
+        samples += count
+        matched = matched and count == remote_read.samples_in_json(remote_read.fetch_json(url, item)[1])
+    extra = {
+        "requests": len(requests),
+        "remote_reads": sum(item.selector is not None for item in requests),
+        "bytes": sum(len(body) for _, body in answers),
+        "wire_bytes": sum(wire for wire, _ in answers),
+        "response": response,
+        "samples_match": matched,
+        "parse_cpu_s": round(parse_cpu, 2),
+    }
+    return Measure("remote_read", ws.gpus, wall, int(samples), extra=extra)
+
+
 # --- the driver ---------------------------------------------------------------------------------
 
 
@@ -957,6 +1007,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                         # Side by side: the pull, then the bare fetch of its requests in its encoding.
                         on_prometheus("prom_pull", "--day", day, "--encoding", encoding)
                         on_prometheus("bare_http", "--requests", str(requests_file), "--encoding", encoding)
+                    for response in args.remote_read.split(",") if args.remote_read else ():
+                        on_prometheus("remote_read", "--requests", str(requests_file), "--response", response)
                 report["prometheus_peak_rss_mib"] = _vm_hwm_mib(server.process.pid if server.process else 0)
     return report
 
@@ -994,6 +1046,7 @@ def child(args: argparse.Namespace) -> None:
         "promql": lambda: step_promql(ws, args.url, day),
         "prom_pull": lambda: step_prom_pull(ws, args.url, day, args.encoding),
         "bare_http": lambda: step_bare_http(ws, args.url, Path(args.requests), 4, args.encoding),
+        "remote_read": lambda: step_remote_read(ws, args.url, Path(args.requests), 4, args.response),
         "record": lambda: Measure(
             "record", ws.gpus, 0.0, len(record_prom_requests(ws, args.url, day).read_text().splitlines())
         ),
@@ -1039,6 +1092,12 @@ def main(argv: list[str] | None = None) -> int:
         default="gzip",
         help="comma-separated Accept-Encodings to measure (e) and its bare fetch in: gzip, identity",
     )
+    r.add_argument(
+        "--remote-read",
+        default="samples,chunks",
+        help="comma-separated remote-read response types to measure beside the bare fetch: samples, chunks "
+        "(empty skips)",
+    )
     r.add_argument("--repeat", type=int, default=1)
     r.add_argument(
         "--reuse", action="store_true", help="keep a workspace's generated raw files from an earlier run"
@@ -1053,6 +1112,7 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("--url")
     s.add_argument("--requests")
     s.add_argument("--encoding", default="gzip", choices=["gzip", "identity"])
+    s.add_argument("--response", default="samples", choices=["samples", "chunks"])
     s.add_argument("--viewers", type=int, default=10)
     s.add_argument("--result", required=True)
     s.set_defaults(func=child)

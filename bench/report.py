@@ -14,6 +14,7 @@ LABELS = {
     "promql": "(d) PromQL only: count_over_time × price",
     "prom_pull": "(e) gpumeter Prometheus pull of the day",
     "bare_http": "bare HTTP fetch of (e)'s requests",
+    "remote_read": "the same samples by Prometheus remote read, bare",
     "rollup": "monthly invoice roll-up",
     "dashboard": "slowest dashboard page (samples: mart rows)",
     "dashboard_viewers": "viewers at once: slowest page view, cache cold (samples: mart rows)",
@@ -192,6 +193,26 @@ def prometheus_table(report: dict[str, Any]) -> list[str]:
                 f"| {encoding} | {name} | {wall:.2f} | {wire / 1e6:,.1f} | {body / 1e6:,.1f} | "
                 f"{statistics.median(cpu) if cpu else float('nan'):.1f} | {samples / wall:,.0f} |"
             )
+    reads: dict[str, list[dict[str, Any]]] = {}
+    for m in report["measures"]:
+        if m["step"] == "remote_read" and m["fleet_gpus"] == prom:
+            reads.setdefault(m["extra"]["response"], []).append(m)
+    for response, ms in reads.items():
+        wall = statistics.median(m["wall_s"] for m in ms)
+        wire = statistics.median(m["extra"]["wire_bytes"] for m in ms)
+        body = statistics.median(m["extra"]["bytes"] for m in ms)
+        cpu = [m["extra"]["prometheus_cpu_s"] for m in ms if "prometheus_cpu_s" in m["extra"]]
+        lines.append(
+            f"| remote read ({response}) | bare fetch | {wall:.2f} | {wire / 1e6:,.1f} | {body / 1e6:,.1f} | "
+            f"{statistics.median(cpu) if cpu else float('nan'):.1f} | {statistics.median(m['samples'] for m in ms) / wall:,.0f} |"
+        )
+    if reads:
+        parse = [m["extra"]["parse_cpu_s"] for m in reads.get("samples", [])]
+        matched = all(m["extra"]["samples_match"] for ms in reads.values() for m in ms)
+        lines += ["", "Remote read: the same samples as the JSON answers, counted in each: "
+                  f"{'yes' if matched else 'NO'}"
+                  + (f"; parsing the raw-sample answers (protobuf) took {statistics.median(parse):.1f} CPU s more"
+                     if parse else "") + "."]  # fmt: skip
     return lines
 
 

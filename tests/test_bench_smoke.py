@@ -55,7 +55,7 @@ def test_harness_runs_every_step_on_a_tiny_fleet(tmp_path: Path) -> None:
     expected = ["generate", "kube_spans", "single_pass", "sample_floor", "meter", "rollup", "dashboard",
                 "pandas", "generate", "kube_spans", "meter", "meter", "rollup", "dashboard"]  # fmt: skip
     if prom_gpus != "0":
-        expected += ["promql", "prom_pull", "bare_http"]
+        expected += ["promql", "prom_pull", "bare_http", "remote_read", "remote_read"]
     assert steps == expected
     for m in report["measures"]:
         assert m["wall_s"] > 0 and m["peak_rss_mib"] > 0, m
@@ -97,7 +97,7 @@ def test_harness_runs_every_step_on_a_tiny_fleet(tmp_path: Path) -> None:
         assert figure in figures
     if prom_gpus != "0":
         assert "e/bare HTTP at 8 GPUs" in figures
-        pull, bare = report["measures"][-2:]
+        pull, bare, samples, chunks = report["measures"][-4:]
         assert bare["extra"]["requests"] == pull["extra"]["queries"]
         # The same requests in the same encoding: the same bodies, gzipped on the wire (Prometheus
         # compresses when asked), and Prometheus' CPU seconds read beside each step.
@@ -106,6 +106,15 @@ def test_harness_runs_every_step_on_a_tiny_fleet(tmp_path: Path) -> None:
         assert 0 < pull["extra"]["wire_bytes"] < pull["extra"]["bytes"]
         assert pull["extra"]["prometheus_cpu_s"] >= 0 and bare["extra"]["prometheus_cpu_s"] >= 0
         assert "Prometheus CPU s" in figures
+        # Remote read of the same samples: each answer's samples counted (protobuf, XOR chunk headers) equal the
+        # JSON answer's, counted apart; the XID query has no remote-read form and is fetched as the pull does.
+        assert (samples["extra"]["response"], chunks["extra"]["response"]) == ("samples", "chunks")
+        for read in (samples, chunks):
+            assert read["extra"]["samples_match"] is True
+            assert read["extra"]["requests"] == bare["extra"]["requests"] > read["extra"]["remote_reads"] > 0
+            assert read["samples"] > 0 and read["extra"]["wire_bytes"] > 0
+        assert samples["samples"] == chunks["samples"]
+        assert "remote read (samples)" in figures and "remote read (chunks)" in figures
     # A step's peak RSS is its own, not its parent's: Linux keeps in wait4's ru_maxrss the high-water mark
     # of the image a child was before exec (the parent's), so a big parent made every small step look big.
     ballast = bytearray(800 * 2**20)
