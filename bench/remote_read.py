@@ -24,6 +24,8 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
+import numpy as np
+
 SAMPLES = 0  # ReadRequest.ResponseType: one snappy-compressed ReadResponse of raw samples
 STREAMED_XOR_CHUNKS = 1  # frames of ChunkedReadResponse, samples in the TSDB's own XOR chunks
 
@@ -181,6 +183,24 @@ def samples_in_response(body: bytes) -> int:
     response = prompb()["ReadResponse"]()
     response.ParseFromString(body)
     return sum(len(series.samples) for result in response.results for series in result.timeseries)
+
+
+def response_columns(body: bytes) -> list[tuple[np.ndarray, np.ndarray]]:
+    """A decompressed ReadResponse as each series' (timestamps ms, values): what a client must make of it
+    before it holds samples the way the PromQL pull does (protobuf gives one Python object per sample)."""
+    response = prompb()["ReadResponse"]()
+    response.ParseFromString(body)
+    out = []
+    for result in response.results:
+        for series in result.timeseries:
+            samples = series.samples
+            out.append(
+                (
+                    np.fromiter((s.timestamp for s in samples), np.int64, len(samples)),
+                    np.fromiter((s.value for s in samples), np.float64, len(samples)),
+                )
+            )
+    return out
 
 
 def chunk_frames(body: bytes) -> Iterator[bytes]:

@@ -207,11 +207,11 @@ def prometheus_table(report: dict[str, Any]) -> list[str]:
             f"{statistics.median(cpu) if cpu else float('nan'):.1f} | {statistics.median(m['samples'] for m in ms) / wall:,.0f} |"
         )
     if reads:
-        parse = [m["extra"]["parse_cpu_s"] for m in reads.get("samples", [])]
+        parse = [m["extra"]["decode_cpu_s"] for m in reads.get("samples", [])]
         matched = all(m["extra"]["samples_match"] for ms in reads.values() for m in ms)
         lines += ["", "Remote read: the same samples as the JSON answers, counted in each: "
                   f"{'yes' if matched else 'NO'}"
-                  + (f"; parsing the raw-sample answers (protobuf) took {statistics.median(parse):.1f} CPU s more"
+                  + (f"; decoding the raw-sample answers (protobuf) into columns took {statistics.median(parse):.1f} CPU s"
                      if parse else "") + "."]  # fmt: skip
     return lines
 

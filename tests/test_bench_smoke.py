@@ -113,6 +113,8 @@ def test_harness_runs_every_step_on_a_tiny_fleet(tmp_path: Path) -> None:
             assert read["extra"]["samples_match"] is True
             assert read["extra"]["requests"] == bare["extra"]["requests"] > read["extra"]["remote_reads"] > 0
             assert read["samples"] > 0 and read["extra"]["wire_bytes"] > 0
+            assert read["extra"]["prometheus_cpu_s"] >= 0
+        assert samples["extra"]["decode_cpu_s"] > 0
         assert samples["samples"] == chunks["samples"]
         assert "remote read (samples)" in figures and "remote read (chunks)" in figures
     # A step's peak RSS is its own, not its parent's: Linux keeps in wait4's ru_maxrss the high-water mark

@@ -70,6 +70,10 @@ def test_remote_read_returns_the_samples_the_json_api_returns(tmp_path: Path) ->
             "GPU-b": [(T0 + i * 30_000, 50.5) for i in range(4)],
         }
         assert remote_read.samples_in_response(body) == 15
+        columns = sorted((ts.tolist(), values.tolist()) for ts, values in remote_read.response_columns(body))
+        assert columns == sorted(
+            ([ts for ts, _ in samples_of], [v for _, v in samples_of]) for samples_of in got.values()
+        )
         _, chunks = remote_read.fetch_remote(server.url, util, remote_read.STREAMED_XOR_CHUNKS)
         assert remote_read.samples_in_chunks(chunks) == 15
         _, json_body = remote_read.fetch_json(server.url, util)
