@@ -29,7 +29,6 @@ The machine is shared and noisy: ratios of steps measured side by side are the f
 from __future__ import annotations
 
 import argparse
-import gzip
 import json
 import os
 import platform
@@ -767,18 +766,13 @@ def record_prom_requests(ws: Workspace, url: str, day: date) -> Path:
 def step_bare_http(ws: Workspace, url: str, requests_file: Path, concurrency: int, encoding: str) -> Measure:
     """The pull's requests with its `Accept-Encoding`: each body read whole and, if gzipped, decompressed
     (the pull has to do as much before it can parse), nothing parsed."""
-    requests = [json.loads(line) for line in requests_file.read_text(encoding="utf-8").splitlines() if line]
+    from bench import remote_read
 
-    def fetch(item: dict[str, Any]) -> tuple[int, int]:
-        data = item["body"].encode() if item["method"] == "POST" else None
-        request = urllib.request.Request(url + item["path"], data=data, method=item["method"])
-        request.add_header("Accept-Encoding", encoding)
-        if data is not None:
-            request.add_header("Content-Type", "application/x-www-form-urlencoded")
-        with urllib.request.urlopen(request, timeout=600) as response:
-            wire = response.read()
-            gzipped = response.headers.get("Content-Encoding", "") == "gzip"
-        return len(wire), len(gzip.decompress(wire) if gzipped else wire)
+    requests = remote_read.recorded_requests(iter(requests_file.read_text(encoding="utf-8").splitlines()))
+
+    def fetch(item: remote_read.RecordedRequest) -> tuple[int, int]:
+        wire, body = remote_read.fetch_json(url, item, encoding)
+        return wire, len(body)
 
     started = time.perf_counter()
     with ThreadPoolExecutor(concurrency) as pool:

@@ -1,6 +1,7 @@
-"""Prometheus remote read (`/api/v1/read`) of the same samples as gpumeter's PromQL pull: what it would cost the
-server and the wire. Measured by bench/fleet.py's `remote_read` step beside the bare fetch of the pull's own
-requests; not a source of gpumeter (yet): bench/README.md says what the measurement decided.
+"""The pull's recorded requests replayed: as the pull sends them (bench/fleet.py's `bare_http` step), and as
+Prometheus remote reads (`/api/v1/read`) of the same samples (its `remote_read` step), to measure what each
+costs the server and the wire. Remote read is not a source of gpumeter: bench/README.md says what the
+measurement decided.
 
 The pull asks for raw samples with instant queries of range selectors (`metric{labels}[Nms]` at time T); each
 such request is the remote-read query of the same matchers over [T - N, T] (Prometheus 2's range selectors
