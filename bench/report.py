@@ -172,9 +172,22 @@ def _prometheus_pairs(
     return {k: v for k, v in pairs.items() if v[0] and v[1]}
 
 
+def _fetch_row(read: str, step: str, ms: list[dict[str, Any]], samples: float) -> str:
+    """One line of the Prometheus table: medians of the repeats `ms` of one way of reading the day."""
+    wall = statistics.median(m["wall_s"] for m in ms)
+    wire = statistics.median(m["extra"].get("wire_bytes", m["extra"].get("bytes", 0)) for m in ms)
+    body = statistics.median(m["extra"].get("bytes", 0) for m in ms)
+    cpu = [m["extra"]["prometheus_cpu_s"] for m in ms if "prometheus_cpu_s" in m["extra"]]
+    return (
+        f"| {read} | {step} | {wall:.2f} | {wire / 1e6:,.1f} | {body / 1e6:,.1f} | "
+        f"{statistics.median(cpu) if cpu else float('nan'):.1f} | {samples / wall:,.0f} |"
+    )
+
+
 def prometheus_table(report: dict[str, Any]) -> list[str]:
-    """(e) and its bare fetch by encoding, medians of the repeats: wall, bytes on the wire and decoded, and the
-    CPU seconds Prometheus spent serving them (the load a pull puts on someone else's server)."""
+    """(e) and its bare fetch by encoding, and the same samples by remote read, medians of the repeats: wall,
+    bytes on the wire and decoded, and the CPU seconds Prometheus spent serving them (the load a pull puts on
+    someone else's server)."""
     prom = report["args"].get("prom_gpus") or 0
     pairs = _prometheus_pairs(report["measures"], prom)
     if not pairs:
@@ -183,36 +196,27 @@ def prometheus_table(report: dict[str, Any]) -> list[str]:
              "| encoding | step | wall s | wire MB | decoded MB | Prometheus CPU s | samples/s |",
              "|---|---|---:|---:|---:|---:|---:|"]  # fmt: skip
     for encoding, (pulls, bares) in pairs.items():
-        for name, ms in (("pull (e)", pulls), ("bare fetch", bares)):
-            wall = statistics.median(m["wall_s"] for m in ms)
-            wire = statistics.median(m["extra"].get("wire_bytes", m["extra"].get("bytes", 0)) for m in ms)
-            body = statistics.median(m["extra"].get("bytes", 0) for m in ms)
-            cpu = [m["extra"]["prometheus_cpu_s"] for m in ms if "prometheus_cpu_s" in m["extra"]]
-            samples = statistics.median(m["samples"] for m in pulls)  # the bare fetch moves the same
-            lines.append(
-                f"| {encoding} | {name} | {wall:.2f} | {wire / 1e6:,.1f} | {body / 1e6:,.1f} | "
-                f"{statistics.median(cpu) if cpu else float('nan'):.1f} | {samples / wall:,.0f} |"
-            )
+        samples = statistics.median(m["samples"] for m in pulls)  # the bare fetch moves the same
+        lines += [
+            _fetch_row(encoding, "pull (e)", pulls, samples),
+            _fetch_row(encoding, "bare fetch", bares, samples),
+        ]
     reads: dict[str, list[dict[str, Any]]] = {}
     for m in report["measures"]:
         if m["step"] == "remote_read" and m["fleet_gpus"] == prom:
             reads.setdefault(m["extra"]["response"], []).append(m)
     for response, ms in reads.items():
-        wall = statistics.median(m["wall_s"] for m in ms)
-        wire = statistics.median(m["extra"]["wire_bytes"] for m in ms)
-        body = statistics.median(m["extra"]["bytes"] for m in ms)
-        cpu = [m["extra"]["prometheus_cpu_s"] for m in ms if "prometheus_cpu_s" in m["extra"]]
-        lines.append(
-            f"| remote read ({response}) | bare fetch | {wall:.2f} | {wire / 1e6:,.1f} | {body / 1e6:,.1f} | "
-            f"{statistics.median(cpu) if cpu else float('nan'):.1f} | {statistics.median(m['samples'] for m in ms) / wall:,.0f} |"
-        )
+        samples = statistics.median(m["samples"] for m in ms)
+        lines.append(_fetch_row(f"remote read ({response})", "bare fetch", ms, samples))
     if reads:
-        parse = [m["extra"]["decode_cpu_s"] for m in reads.get("samples", [])]
+        decode = [
+            m["extra"]["decode_cpu_s"] for m in reads.get("samples", []) if "decode_cpu_s" in m["extra"]
+        ]
         matched = all(m["extra"]["samples_match"] for ms in reads.values() for m in ms)
         lines += ["", "Remote read: the same samples as the JSON answers, counted in each: "
                   f"{'yes' if matched else 'NO'}"
-                  + (f"; decoding the raw-sample answers (protobuf) into columns took {statistics.median(parse):.1f} CPU s"
-                     if parse else "") + "."]  # fmt: skip
+                  + (f"; decoding the raw-sample answers (protobuf) into columns took {statistics.median(decode):.1f} CPU s"
+                     if decode else "") + "."]  # fmt: skip
     return lines
 
 
