@@ -102,6 +102,10 @@ def prompb() -> dict[str, Any]:
     }
 
 
+# A range selector as a remote-read query: metric name, equality matchers, start and end ms (both included).
+Selector = tuple[str, tuple[tuple[str, str], ...], int, int]
+
+
 @dataclass(frozen=True)
 class RecordedRequest:
     """One of the pull's recorded HTTP requests, and its remote-read query where it has one."""
@@ -109,7 +113,7 @@ class RecordedRequest:
     method: str
     path: str
     body: str
-    selector: tuple[str, tuple[tuple[str, str], ...], int, int] | None  # name, labels, start ms, end ms
+    selector: Selector | None
 
 
 def recorded_requests(lines: Iterator[str]) -> list[RecordedRequest]:
@@ -134,7 +138,7 @@ def recorded_requests(lines: Iterator[str]) -> list[RecordedRequest]:
     return out
 
 
-def read_request(selector: tuple[str, tuple[tuple[str, str], ...], int, int], response_type: int) -> bytes:
+def read_request(selector: Selector, response_type: int) -> bytes:
     """The snappy-compressed ReadRequest of one selector."""
     import cramjam
 
@@ -142,7 +146,7 @@ def read_request(selector: tuple[str, tuple[tuple[str, str], ...], int, int], re
     name, labels, start_ms, end_ms = selector
     query = pb["Query"](start_timestamp_ms=start_ms, end_timestamp_ms=end_ms)
     for label, value in (("__name__", name), *labels):
-        query.matchers.add(type=0, name=label, value=value)
+        query.matchers.add(type=0, name=label, value=value)  # LabelMatcher.Type EQ
     request = pb["ReadRequest"](queries=[query], accepted_response_types=[response_type])
     return bytes(cramjam.snappy.compress_raw(request.SerializeToString()))
 
@@ -152,7 +156,8 @@ def fetch_remote(url: str, request: RecordedRequest, response_type: int) -> tupl
     ReadResponse, or the chunk frames as they came)."""
     import cramjam
 
-    assert request.selector is not None
+    if request.selector is None:
+        raise ValueError(f"{request.path} computes something: it has no remote-read form")
     http = urllib.request.Request(
         url + "/api/v1/read", data=read_request(request.selector, response_type), method="POST"
     )
