@@ -146,15 +146,15 @@ class PrometheusRawSource:
         (ingest.pull writes each part as it comes). Replica dedupe looks a few Δ beyond each part (its
         margins are fetched with it) and keeps exactly the samples the whole stream's dedupe keeps, so the
         parts together are the day, also where a scrape's replica samples straddle a part edge."""
-        return self._day_parts(cluster, day, lookback_ms, kube_series=False)
+        return self._day_parts(cluster, day, lookback_ms, pull_form=False)
 
     def fetch_day_series_parts(self, cluster: str, day: date, lookback_ms: int) -> Iterator[RawDay]:
         """`fetch_day_parts` in the pull's form (KubeSeriesSource): each part's kube samples as series
         (RawDay.kube_series; the parts are hours in time order, so the pull makes the kube spans part by
         part), its DCGM string columns dictionary-encoded by series."""
-        return self._day_parts(cluster, day, lookback_ms, kube_series=True)
+        return self._day_parts(cluster, day, lookback_ms, pull_form=True)
 
-    def _day_parts(self, cluster: str, day: date, lookback_ms: int, kube_series: bool) -> Iterator[RawDay]:
+    def _day_parts(self, cluster: str, day: date, lookback_ms: int, pull_form: bool) -> Iterator[RawDay]:
         start_ms, end_ms = day_bounds_ms(day)
         start = start_ms - max(0, int(lookback_ms))
         self._reset_counts()
@@ -188,7 +188,7 @@ class PrometheusRawSource:
             if i < len(parts):
                 series = fetched.pop(i)
                 made[i] = maker.submit(
-                    lambda: self._tables(cluster, series.result(), *parts[i], warned, kube_series)
+                    lambda: self._tables(cluster, series.result(), *parts[i], warned, pull_form)
                 )
 
         try:
@@ -216,7 +216,9 @@ class PrometheusRawSource:
     def fetch_window(self, cluster: str, start_ms: int, end_ms: int) -> RawDay:
         """Raw samples with start_ms <= ts < end_ms, plus the DRA objects of that window."""
         self._reset_counts()
-        dcgm, kube = self._fetch_samples(cluster, start_ms, end_ms, set())
+        dcgm, kube = self._tables(
+            cluster, self._fetch_series(start_ms, end_ms), start_ms, end_ms, set(), False
+        )
         allocations, devices, snapshot = self._k8s_objects(cluster, start_ms, end_ms)
         return RawDay(dcgm, kube, allocations, devices, snapshot)
 
@@ -227,20 +229,12 @@ class PrometheusRawSource:
         self.transport.reset_counts()
         self.samples_received = 0
 
-    def _fetch_samples(
-        self, cluster: str, start_ms: int, end_ms: int, warned: set[tuple[str, str]]
-    ) -> tuple[pa.Table, pa.Table | KubeSeries]:
-        """The DCGM and kube rows of [start_ms, end_ms), replicas deduped; `warned` holds what was already
-        warned about in this pull (one warning per pull, not per part).
+    def _fetch_series(self, start_ms: int, end_ms: int) -> SeriesByLabels:
+        """The answers for [start_ms, end_ms) by series, with the margins the replica dedupe needs.
 
         Replica dedupe decides a sample from the target's other replicas' scrapes within a few Δ of it
         (docs/prometheus.md, "HA pairs"), so where the window holds replica series, margins on both sides
         are fetched too: the rows of the window are then the whole stored stream's, whatever the window."""
-        series = self._fetch_series(start_ms, end_ms)
-        return self._tables(cluster, series, start_ms, end_ms, warned, kube_series=False)
-
-    def _fetch_series(self, start_ms: int, end_ms: int) -> SeriesByLabels:
-        """The answers for [start_ms, end_ms) by series, with the margins the replica dedupe needs."""
         self.transport.load_headers()
         metrics = [(m, "dcgm") for m in self.dcgm_metrics] + [(m, "kube") for m in self.kube_metrics]
         # R11 reads XID only as "some value != 0": its raw samples are fetched only in windows where an
@@ -267,9 +261,11 @@ class PrometheusRawSource:
         start_ms: int,
         end_ms: int,
         warned: set[tuple[str, str]],
-        kube_series: bool,
+        pull_form: bool,
     ) -> tuple[pa.Table, pa.Table | KubeSeries]:
-        """The fetched series of [start_ms, end_ms) deduped and made into the DCGM and kube tables."""
+        """The fetched series of [start_ms, end_ms) deduped and made into the DCGM and kube tables; in the
+        pull's form (`fetch_day_series_parts`) the kube samples as KubeSeries and the DCGM string columns
+        dictionary-encoded, for the staged writer."""
         kinds = {m: "dcgm" for m in self.dcgm_metrics} | {m: "kube" for m in self.kube_metrics}
         merged = self.replicas.dedupe(list(series.values()), start_ms, end_ms, warned)
         dcgm_series = [s for s in merged if kinds.get(s.labels.get("__name__", "")) == "dcgm"]
@@ -277,10 +273,10 @@ class PrometheusRawSource:
         self._warn_foreign_clusters(cluster, merged, warned)
         kube = (
             self.mapping.kube_series(cluster, kube_samples)
-            if kube_series
+            if pull_form
             else self.mapping.kube_table(cluster, kube_samples)
         )
-        return self.mapping.dcgm_table(cluster, dcgm_series, dictionary=kube_series), kube
+        return self.mapping.dcgm_table(cluster, dcgm_series, dictionary=pull_form), kube
 
     def _pull(
         self, series: SeriesByLabels, metrics: Sequence[str], screened: set[str], spans: Sequence[Span]
