@@ -319,7 +319,8 @@ def test_hostile_samples_keep_every_invariant(rows: list[dict[str, Any]], seed: 
         for r in rows
         if not _dropped_by_oracle(r) and DAY_START <= r["ts_ms"] < DAY_END
     }
-    observed = {(g["uuid"], g["ts_ms"]) for g in out["int_gpu_samples"].to_pylist()}
+    uuids = {s["gpu_key"]: s["uuid"] for s in out["stg_dcgm_series"].to_pylist()}
+    observed = {(uuids[g["gpu_key"]], g["ts_ms"]) for g in out["int_gpu_samples"].to_pylist()}
     assert observed == seen
     assert _total(out["mart_pool_daily_cost"], "observed_gpu_seconds") == 60 * len(seen)
     reported = sum(

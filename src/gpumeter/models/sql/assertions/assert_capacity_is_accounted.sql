@@ -1,9 +1,13 @@
 -- R11: where capacity went: per node, the categories of mart_stranded_capacity sum to the GPU-seconds its GPUs
 -- were observed (int_gpu_samples), exactly.
 with observed as (
-    select node, sample_seconds(count(*)) as gpu_seconds
-    from int_gpu_samples
-    group by node
+    select n.node, o.gpu_seconds
+    from (
+        select node_key, sample_seconds(count(*)) as gpu_seconds
+        from int_gpu_samples
+        group by node_key
+    ) as o
+    left join (select distinct node_key, node from stg_dcgm_series) as n on n.node_key = o.node_key
 ),
 categorized as (
     select node, sum(gpu_seconds) as gpu_seconds

@@ -1,6 +1,7 @@
 -- One row per observed GPU sample of the day (R4): the GPU's mode at that sample (R3), its health, price (R8),
 -- energy (R10) and own frame-buffer reading; and, where it is not MIG-partitioned, the GPU as the device it
--- then is (R1, R5, R10, R11). Grouped and ordered by the GPU's integer key; its names are joined once per row.
+-- then is (R1, R5, R10, R11). By integer keys only (GPU, node, model, device: stg_dcgm_series): the readers
+-- that show names join them to what they have summed, not to each of the day's GPU samples.
 with gpu_readings as (
     select
         d.gpu_key,
@@ -78,8 +79,6 @@ priced as (
     -- change during the day is time-weighted. A null price stops the run (assert_gpu_samples_are_priced).
     select
         e.*,
-        n.node,
-        c.model_name,
         c.weight,
         c.device_price_units,
         coalesce(c.gpu_price_per_hour, p.gpu_price_per_hour) as gpu_price_per_hour,
@@ -88,10 +87,12 @@ priced as (
         u.node_key is not null as unschedulable
     from gpu_samples as e
     join int_keyed_device_classes as c on c.model_key = e.model_key and c.profile_key is null
-    left join (select distinct node_key, node from stg_dcgm_series) as n on n.node_key = e.node_key
     -- Spans are disjoint per node: a sample meets at most one.
-    left join int_node_gpu_price_spans as p
-        on p.node = n.node and e.ts_ms >= p.from_ms and e.ts_ms < p.until_ms
+    left join (
+        select k.node_key, p.from_ms, p.until_ms, p.gpu_price_per_hour
+        from int_node_gpu_price_spans as p
+        join (select distinct node_key, node from stg_dcgm_series) as k on k.node = p.node
+    ) as p on p.node_key = e.node_key and e.ts_ms >= p.from_ms and e.ts_ms < p.until_ms
     -- R11: the node cannot take another GPU pod at the sample (spans disjoint per node).
     left join (
         select k.node_key, u.from_ms, u.until_ms
@@ -100,11 +101,10 @@ priced as (
     ) as u on u.node_key = e.node_key and e.ts_ms >= u.from_ms and e.ts_ms < u.until_ms
 )
 select
-    g.cluster,
+    p.gpu_key,
     p.ts_ms,
-    p.node,
-    g.uuid,
-    p.model_name,
+    p.node_key,
+    p.model_key,
     p.is_mig,
     p.unhealthy,
     p.gpu_price_per_hour,
@@ -114,9 +114,6 @@ select
     p.energy_step_mj / 1000.0 as energy_joules,
     -- Whole mJ (the counter's unit), so that energy money is exact (R12).
     round(p.energy_step_mj)::bigint as energy_mj,
-    p.gpu_key,
-    p.node_key,
-    p.model_key,
     -- The GPU as a whole device (R3), for the samples where it is not MIG-partitioned.
     w.device_key,
     p.weight,
@@ -140,6 +137,5 @@ from (
         end as energy_step_mj
     from priced
 ) as p
-join (select distinct gpu_key, cluster, uuid from stg_dcgm_series) as g on g.gpu_key = p.gpu_key
 left join (select gpu_key, device_key from stg_dcgm_series where gpu_i_id is null group by all) as w
     on w.gpu_key = p.gpu_key

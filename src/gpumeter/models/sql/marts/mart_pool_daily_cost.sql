@@ -1,13 +1,11 @@
 -- One row per node × GPU model (× modelName) of the day: the pool cost, every observed GPU-second at its GPU's
 -- price (R4, R9) plus every observed GPU's energy at the energy price (R10, R14), in integer units of money
 -- (R12) and as decimals.
-with costs as (
+with sums as (
+    -- Per node and GPU model key: the names are joined to these sums, not to each GPU sample.
     select
-        g.cluster,
-        metered_day() as day,
-        g.node,
-        c.gpu_model,
-        g.model_name,
+        g.node_key,
+        g.model_key,
         count(*) as gpu_samples,
         sample_seconds(count(*)) as observed_gpu_seconds,
         -- A whole GPU per sample: weight 1 (all 56ths) and every share of it (share_lcm).
@@ -18,9 +16,20 @@ with costs as (
         sum(energy_money_units(g.energy_mj, getvariable('weight_scale'), m.share_lcm)) as energy_units,
         any_value(m.units_per_currency) as units_per_currency
     from int_gpu_samples as g
-    join int_device_classes as c on c.model_name = g.model_name and c.mig_profile is null
     cross join int_money_scale as m
     group by all
+),
+costs as (
+    select
+        getvariable('cluster') as cluster,
+        metered_day() as day,
+        n.node,
+        c.gpu_model,
+        c.model_name,
+        s.* exclude (node_key, model_key)
+    from sums as s
+    join int_keyed_device_classes as c on c.model_key = s.model_key and c.profile_key is null
+    left join (select distinct node_key, node from stg_dcgm_series) as n on n.node_key = s.node_key
 )
 select
     * exclude (capacity_units, energy_units, units_per_currency),
