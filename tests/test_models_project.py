@@ -333,12 +333,12 @@ def test_holders_holding_more_than_the_device_stop_the_day(rows: list[tuple[Any,
 
 def capacity_tables(categories: list[tuple[str, str]]) -> dict[str, str]:
     """n1 observed at 3 samples (180 GPU-seconds at Δ = 60 s), n2 at 1, each node keyed by an integer that
-    stg_dcgm_series names; categories as given."""
+    stg_dcgm_nodes names; categories as given."""
     samples = "select * from (values (1, 1), (1, 2), (1, 3), (2, 1)) as t(node_key, ts_ms)"
     values = ", ".join(f"('{node}', {seconds}::decimal(38, 12))" for node, seconds in categories)
     return {
         "int_gpu_samples": samples,
-        "stg_dcgm_series": "select * from (values (1, 'n1'), (2, 'n2')) as t(node_key, node)",
+        "stg_dcgm_nodes": "select * from (values (1, 'n1'), (2, 'n2')) as t(node_key, node)",
         "mart_stranded_capacity": f"select * from (values {values}) as t(node, gpu_seconds)",
     }
 

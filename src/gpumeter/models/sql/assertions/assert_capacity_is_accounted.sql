@@ -7,7 +7,7 @@ with observed as (
         from int_gpu_samples
         group by node_key
     ) as o
-    left join (select distinct node_key, node from stg_dcgm_series) as n on n.node_key = o.node_key
+    left join stg_dcgm_nodes as n on n.node_key = o.node_key
 ),
 categorized as (
     select node, sum(gpu_seconds) as gpu_seconds

@@ -15,5 +15,5 @@ from (
     group by model_key, node_key
 ) as u
 left join (select distinct model_key, model_name from stg_dcgm_series) as m on m.model_key = u.model_key
-left join (select distinct node_key, node from stg_dcgm_series) as n on n.node_key = u.node_key
+left join stg_dcgm_nodes as n on n.node_key = u.node_key
 order by m.model_name, n.node

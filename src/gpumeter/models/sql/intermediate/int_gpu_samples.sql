@@ -91,13 +91,13 @@ priced as (
     left join (
         select k.node_key, p.from_ms, p.until_ms, p.gpu_price_per_hour
         from int_node_gpu_price_spans as p
-        join (select distinct node_key, node from stg_dcgm_series) as k on k.node = p.node
+        join stg_dcgm_nodes as k on k.node = p.node
     ) as p on p.node_key = e.node_key and e.ts_ms >= p.from_ms and e.ts_ms < p.until_ms
     -- R11: the node cannot take another GPU pod at the sample (spans disjoint per node).
     left join (
         select k.node_key, u.from_ms, u.until_ms
         from int_node_unschedulable_spans as u
-        join (select distinct node_key, node from stg_dcgm_series) as k on k.node = u.node
+        join stg_dcgm_nodes as k on k.node = u.node
     ) as u on u.node_key = e.node_key and e.ts_ms >= u.from_ms and e.ts_ms < u.until_ms
 )
 select

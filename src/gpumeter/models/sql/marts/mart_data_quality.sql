@@ -1,10 +1,7 @@
 -- One row per node of the day (null: rows without a Hostname label): coverage, observed against expected
 -- GPU-seconds (R4), the over-booking figures the asset checks read, and the raw samples stg_dcgm_quarantine
 -- set aside with the GPU-seconds at stake.
-with node_names as (
-    select distinct node_key, node from stg_dcgm_series
-),
-observed as (
+with observed as (
     select n.node, o.observed_gpu_seconds, o.observed_gpus
     from (
         select node_key, count(*) * getvariable('scrape_s') as observed_gpu_seconds,
@@ -12,7 +9,7 @@ observed as (
         from int_gpu_samples
         group by node_key
     ) as o
-    left join node_names as n on n.node_key = o.node_key
+    left join stg_dcgm_nodes as n on n.node_key = o.node_key
 ),
 expected as (
     -- Each kube-state-metrics sample stands until the exporter's next scrape (R1a: a node gone from it stops
@@ -62,7 +59,7 @@ overbooked_holders as (
         from share_sums
         group by node_key
     ) as o
-    left join node_names as n on n.node_key = o.node_key
+    left join stg_dcgm_nodes as n on n.node_key = o.node_key
 ),
 conflicting_copies as (
     -- vgpu copies of one device sample that disagree (the device sample keeps the largest): reported, never
@@ -70,7 +67,7 @@ conflicting_copies as (
     select n.node, count(*) as conflicting_copy_samples
     from int_vgpu_copy_conflicts as c
     join devices as g on g.device_key = c.device_key and g.ts_ms = c.ts_ms
-    left join node_names as n on n.node_key = g.node_key
+    left join stg_dcgm_nodes as n on n.node_key = g.node_key
     group by all
 ),
 mig_weights as (
@@ -86,7 +83,7 @@ overbooked_mig as (
         from mig_weights
         group by node_key
     ) as o
-    left join node_names as n on n.node_key = o.node_key
+    left join stg_dcgm_nodes as n on n.node_key = o.node_key
 ),
 unmapped as (
     select node, count(distinct namespace) as unmapped_namespaces,

@@ -29,7 +29,7 @@ costs as (
         s.* exclude (node_key, model_key)
     from sums as s
     join int_keyed_device_classes as c on c.model_key = s.model_key and c.profile_key is null
-    left join (select distinct node_key, node from stg_dcgm_series) as n on n.node_key = s.node_key
+    left join stg_dcgm_nodes as n on n.node_key = s.node_key
 )
 select
     * exclude (capacity_units, energy_units, units_per_currency),

@@ -51,5 +51,5 @@ select
     sum(p.gpu_seconds) as gpu_seconds,
     p.category <> 'allocated_active' as is_stranded
 from parts as p
-left join (select distinct node_key, node from stg_dcgm_series) as n on n.node_key = p.node_key
+left join stg_dcgm_nodes as n on n.node_key = p.node_key
 group by n.node, p.category
