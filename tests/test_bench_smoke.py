@@ -7,10 +7,11 @@ import json
 from datetime import date
 from pathlib import Path
 
+import duckdb
 import pyarrow.parquet as pq
 import pytest
 
-from bench import fleet
+from bench import fleet, sorted_pivot
 from bench.pandas_meter import cost_by_namespace
 from gpumeter.ingest.contract import day_bounds_ms
 from gpumeter.models.project import load_models
@@ -38,6 +39,34 @@ def test_pandas_comparison_applies_r1_r3_r6_r8_by_hand(tmp_path: Path) -> None:
     assert by_ns["ns-a"] == pytest.approx((105.0, 0.105))
     assert by_ns["ns-b"] == pytest.approx((30 * 3 / 7 + 15.0, (30 * 3 / 7 + 15.0) * 0.001))
     assert set(by_ns) == {"ns-a", "ns-b"}
+
+
+def test_the_sorted_pivot_makes_one_row_per_series_sample_with_its_readings(tmp_path: Path) -> None:
+    """bench/sorted_pivot.py (a measured building block, not the product): 7 raw rows of 2 series make 4
+    series samples; two readings of one metric at one sample are one, the larger; GPU_TEMP has no code."""
+    b = FactoryBuilder("c1", DAY).gpu("n1", "GPU-a", H100).gpu("n1", "GPU-b", H100)
+    b.samples("GPU-a", [0, 1], gr=0.5, util=40)  # 2 samples x 2 rows
+    b.sample("GPU-a", 2, gr=0.25).sample("GPU-a", 2, gr=0.75)  # a copy of one reading: the larger is kept
+    b.sample("GPU-b", 0)  # no reading: one GPU_TEMP row
+    raw = tmp_path / "dcgm.parquet"
+    pq.write_table(b.build().dcgm, raw)
+    out = tmp_path / "sorted.parquet"
+    con = duckdb.connect()
+    assert sorted_pivot.write_sorted(con, [str(raw)], out) == 7
+    keys = [row[0] for row in con.execute(f"select key from '{out}'").fetchall()]
+    assert keys == sorted(keys)
+    assert sorted_pivot.duckdb_pivot(con, out) == 4
+    gr, util = (
+        f"m{sorted_pivot.PIVOTED.index(m) + 1}"
+        for m in ("DCGM_FI_PROF_GR_ENGINE_ACTIVE", "DCGM_FI_DEV_GPU_UTIL")
+    )
+    got = con.execute(f"select {gr}, {util}, read_values from pivoted order by key").fetchall()
+    # GPU-a's series sorts before or after GPU-b's by its hash: compare as a multiset.
+    assert sorted(got, key=repr) == sorted(
+        [(0.5, 40.0, 2), (0.5, 40.0, 2), (0.75, None, 2), (None, None, 0)], key=repr
+    )
+    _, _, polars_keys = sorted_pivot.polars_pivot(out)
+    assert polars_keys == 4
 
 
 @pytest.mark.slow
