@@ -87,7 +87,9 @@ def polars_pivot(sorted_file: Path) -> tuple[float, float, int]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        description="Time the DCGM pivot over a narrow, keyed, sorted day (bench/README.md, 'What this proves')."
+    )
     parser.add_argument("--work", type=Path, required=True, help="a bench workspace (bench/fleet.py)")
     parser.add_argument("--repeat", type=int, default=2)
     parser.add_argument("--polars", action="store_true", help="also time polars' sorted group-by")
