@@ -184,13 +184,6 @@ def fetch_json(url: str, request: RecordedRequest, encoding: str = "gzip") -> tu
     return len(wire), gzip.decompress(wire) if gzipped else wire
 
 
-def samples_in_response(body: bytes) -> int:
-    """The raw samples of a decompressed ReadResponse (SAMPLES)."""
-    response = prompb()["ReadResponse"]()
-    response.ParseFromString(body)
-    return sum(len(series.samples) for result in response.results for series in result.timeseries)
-
-
 def response_columns(body: bytes) -> list[tuple[np.ndarray, np.ndarray]]:
     """A decompressed ReadResponse as each series' (timestamps ms, values): what a client must make of it
     before it holds samples the way the PromQL pull does (protobuf gives one Python object per sample)."""

@@ -69,8 +69,8 @@ def test_remote_read_returns_the_samples_the_json_api_returns(tmp_path: Path) ->
             "GPU-a": [(T0 + i * 30_000, float(i % 7)) for i in range(11)],
             "GPU-b": [(T0 + i * 30_000, 50.5) for i in range(4)],
         }
-        assert remote_read.samples_in_response(body) == 15
         columns = sorted((ts.tolist(), values.tolist()) for ts, values in remote_read.response_columns(body))
+        assert sum(len(ts) for ts, _ in columns) == 15
         assert columns == sorted(
             ([ts for ts, _ in samples_of], [v for _, v in samples_of]) for samples_of in got.values()
         )
@@ -80,4 +80,4 @@ def test_remote_read_returns_the_samples_the_json_api_returns(tmp_path: Path) ->
         assert remote_read.samples_in_json(json_body) == 15
         # The label matcher is sent: the Pending series is not read.
         _, body = remote_read.fetch_remote(server.url, phase, remote_read.SAMPLES)
-        assert remote_read.samples_in_response(body) == 11
+        assert sum(len(ts) for ts, _ in remote_read.response_columns(body)) == 11
