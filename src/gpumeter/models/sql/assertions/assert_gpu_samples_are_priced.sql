@@ -14,6 +14,7 @@ from (
     where gpu_price_per_hour is null
     group by model_key, node_key
 ) as u
-left join (select distinct model_key, model_name from stg_dcgm_series) as m on m.model_key = u.model_key
+-- Every GPU sample's model has a class (int_gpu_samples joins it): the name is the class's.
+left join int_keyed_device_classes as m on m.model_key = u.model_key and m.profile_key is null
 left join stg_dcgm_nodes as n on n.node_key = u.node_key
 order by m.model_name, n.node
