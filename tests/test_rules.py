@@ -816,6 +816,24 @@ def test_r6_share_requested_overcommitted_is_proportional_and_undeclared_falls_b
     assert (holder(out, "p1")["device_seconds"], holder(out, "p2")["device_seconds"]) == (D(60), D(60))
 
 
+def test_r6_share_requested_a_pod_alone_holds_its_declared_fraction() -> None:
+    """R6 share: requested, one pod alone on its GPU: 30 % declared holds 0.3 of it (the rest is idle); 110 %
+    declared holds the whole GPU, no more. The day's unit of money must divide both shares exactly (R12)."""
+    f = time_sliced([P1])
+    gpucores(f, P1, 30)
+    out = meter(f, make_config(share="requested"))
+    assert holder(out, "p1")["device_seconds"] == D(36)  # 2 × 60 × 0.3
+    assert holder(out, "p1")["reserved_cost"] == D("0.036")  # 36 s at 3.60 per hour
+    assert charges(out)[(IDLE, "idle")] == D("0.084")  # 0.12 × 0.7
+
+    f = time_sliced([P1])
+    gpucores(f, P1, 110)
+    out = meter(f, make_config(share="requested"))
+    assert holder(out, "p1")["device_seconds"] == D(120)  # 2 × 60 × 1.1 / 1.1
+    assert holder(out, "p1")["reserved_cost"] == D("0.12")
+    assert charges(out)[(IDLE, "idle")] == D(0)
+
+
 def test_r6_share_equal_ignores_declarations() -> None:
     f = time_sliced([P1, P2])
     gpucores(f, P1, 30)

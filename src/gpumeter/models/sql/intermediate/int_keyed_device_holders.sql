@@ -1,13 +1,36 @@
--- One row per device sample × holder: the pods that hold a device at a sample (R5: DCGM pod labels, KAI GPU
--- groups, DRA claims) and each holder's exact share of it (R6). Devices and holders by their integer keys
--- (stg_dcgm_series, int_holders); int_device_holders shows the same rows with names.
-with series_holders as (
-    -- Pod labels on a series name its holder (R5); copies of one device for several pods are one
-    -- device shared by them (R6).
+-- One row per device sample × holder, for the device samples not held by one labelled pod alone: the pods
+-- that hold a device at a sample (R5: DCGM pod labels, KAI GPU groups, DRA claims) and each holder's exact share
+-- of it (R6). A pod that holds a sample alone is the device sample's own `holder_key` (int_gpu_samples,
+-- int_mig_instance_samples) and holds the share int_holders gives it: those samples, nearly all of a day's, are
+-- not repeated here. Devices and holders by their integer keys (stg_dcgm_series, int_holders);
+-- int_device_holders shows every holder of every device sample with names.
+with shared_samples as materialized (
+    -- The device samples whose series name several pods (labelled, but no one holder_key).
+    select ts_ms, device_key from int_gpu_samples where not is_mig and labelled and holder_key is null
+    union all
+    select ts_ms, device_key from int_mig_instance_samples where labelled and holder_key is null
+),
+series_holders as (
+    -- Pod labels on a series name its holder (R5); copies of one device for several pods are one device
+    -- shared by them (R6). Only the series of devices ever shared are joined to their samples.
     select distinct s.ts_ms, d.device_key, d.holder_key
     from stg_dcgm_samples as s
-    join stg_dcgm_series as d on d.series_key = s.series_key
-    where s.in_day and d.holder_key is not null
+    join (
+        select series_key, device_key, holder_key
+        from stg_dcgm_series
+        where holder_key is not null and device_key in (select device_key from shared_samples)
+    ) as d on d.series_key = s.series_key
+    semi join shared_samples as m on m.device_key = d.device_key and m.ts_ms = s.ts_ms
+    where s.in_day
+    union all
+    -- A KAI reservation pod alone on a device sample: its group's Running pods hold it.
+    select g.ts_ms, g.device_key, g.holder_key
+    from (
+        select ts_ms, device_key, holder_key from int_gpu_samples where not is_mig
+        union all
+        select ts_ms, device_key, holder_key from int_mig_instance_samples
+    ) as g
+    join int_holders as k on k.holder_key = g.holder_key and k.kai_reservation
 ),
 kai_groups as (
     -- KAI Scheduler: fractional pods and the reservation pod that holds their GPU share the label

@@ -45,8 +45,6 @@ share_sums as (
     from (
         select h.device_key, h.ts_ms, round(sum(h.share), 9) as share_sum
         from int_keyed_device_holders as h
-        join int_holders as k on k.holder_key = h.holder_key
-        where h.holder_count > 1 or h.holder_source <> 'labels' or k.kai_reservation
         group by h.device_key, h.ts_ms
     ) as s
     join devices as d on d.device_key = s.device_key and d.ts_ms = s.ts_ms

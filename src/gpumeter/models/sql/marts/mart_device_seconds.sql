@@ -28,13 +28,6 @@ devices as (
         energy_joules, energy_mj, holder_key
     from int_mig_instance_samples
 ),
-shared as (
-    -- The holders of the samples not held by one labelled pod alone: shared (R6), KAI and DRA holders (R5).
-    select h.*
-    from int_keyed_device_holders as h
-    join int_holders as k on k.holder_key = h.holder_key
-    where h.holder_count > 1 or h.holder_source <> 'labels' or k.kai_reservation
-),
 held as (
     -- Each device sample with each of its holders: the one labelled pod, or the holders int_keyed_device_holders
     -- lists for it.
@@ -45,7 +38,8 @@ held as (
         coalesce(s.share_numerator, a.alone_share_numerator) as share_numerator,
         coalesce(s.share_denominator, a.alone_share_denominator) as share_denominator
     from devices as d
-    left join shared as s on s.device_key = d.device_key and s.ts_ms = d.ts_ms
+    -- The holders of the samples not held by one labelled pod alone: shared (R6), KAI and DRA holders (R5).
+    left join int_keyed_device_holders as s on s.device_key = d.device_key and s.ts_ms = d.ts_ms
     -- A pod that holds the sample alone (not a KAI reservation, whose group holds it).
     left join int_holders as a on a.holder_key = d.holder_key and not a.kai_reservation
     where s.device_key is not null or a.holder_key is not null
