@@ -220,9 +220,10 @@ IGNORING = {"non_finite_value", "negative_value", "implausible_value"}
     )
 )
 def test_the_value_taken_agrees_with_the_reason_given(rows: list[tuple[str, float | None, bool]]) -> None:
-    """stg_dcgm_judged writes a row's reason (what stg_dcgm_quarantine reports) and the value it is taken at
-    (what stg_dcgm_samples reads) as separate expressions, so that neither is evaluated again for the other on
-    every raw row. They must agree on every row: kept as it came, clamped (R10), ignored, or dropped."""
+    """stg_dcgm_judged writes a row's reason (what stg_dcgm_quarantine reports), whether it has one (what the
+    quarantine filters by) and the value it is taken at (what stg_dcgm_samples reads) as separate expressions,
+    so that none is evaluated again for another on every raw row. They must agree on every row: kept as it
+    came, clamped (R10), ignored, or dropped."""
     f = factory()
     for index, (metric, value, has_uuid) in enumerate(rows):
         f.dcgm_row(
@@ -236,13 +237,15 @@ def test_the_value_taken_agrees_with_the_reason_given(rows: list[tuple[str, floa
         assert judged.ephemeral
         con.execute(f"create temp view stg_dcgm_judged as {judged.sql}")
         judgements = con.sql(
-            "select metric, value, dropped, reason, clean_value from stg_dcgm_judged"
+            "select metric, value, dropped, quarantined, reason, clean_value from stg_dcgm_judged"
         ).fetchall()
     finally:
         con.close()
     assert len(judgements) == len(rows)
-    for metric, value, dropped, reason, clean_value in judgements:
+    for metric, value, dropped, quarantined, reason, clean_value in judgements:
         assert dropped == (reason in DROPPING)
+        # The quarantine's filter: every row with a reason, no other.
+        assert quarantined == (reason is not None)
         if dropped:
             continue
         if reason is None:

@@ -26,6 +26,18 @@ select
         or ts_ms is null or ts_ms < getvariable('window_start_ms') or ts_ms >= getvariable('day_end_ms')
         or uuid is null
         or (gpu_i_id is null) <> (gpu_i_profile is null) as dropped,
+    -- Whether the row has a reason below: the same conditions as one filter for stg_dcgm_quarantine, each value
+    -- test before its metric's, so that a row with none (nearly every row) costs few string comparisons.
+    cluster is distinct from getvariable('cluster')
+        or ts_ms is null or ts_ms < getvariable('window_start_ms') or ts_ms >= getvariable('day_end_ms')
+        or uuid is null
+        or (gpu_i_id is null) <> (gpu_i_profile is null)
+        or ((value is null or not isfinite(value) or value < 0) and value_read)
+        or (value > 1e9 and metric = 'DCGM_FI_DEV_FB_USED')
+        or (value > 1e18 and metric = 'DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION')
+        or (value > 1e6 and metric = 'DCGM_FI_DEV_POWER_USAGE')
+        or (value > 100 and metric = 'DCGM_FI_DEV_GPU_UTIL')
+        or (value > 1 and metric = 'DCGM_FI_PROF_GR_ENGINE_ACTIVE') as quarantined,
     case
         when cluster is distinct from getvariable('cluster') then 'other_cluster'
         -- R2: a sample outside the day and its lookback is not the day's; counted, never silently lost.

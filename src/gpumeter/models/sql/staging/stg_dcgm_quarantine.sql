@@ -2,7 +2,7 @@
 -- clamped, deduplicated or merged.
 with read_values as not materialized (
     -- The rows whose value stg_dcgm_samples reads, at the value it takes.
-    select * exclude (series_key, value_read, dropped, reason), series_key
+    select * exclude (series_key, value_read, dropped, quarantined, reason), series_key
     from stg_dcgm_judged
     where not dropped and clean_value is not null and value_read
 ),
@@ -50,7 +50,7 @@ shared_uuids as materialized (
     having min(coalesce(d.node, chr(0))) <> max(coalesce(d.node, chr(0)))
 )
 select
-    * exclude (series_key, value_read, dropped, reason, clean_value),
+    * exclude (series_key, value_read, dropped, quarantined, reason, clean_value),
     reason,
     case
         when dropped then 'dropped'
@@ -59,7 +59,7 @@ select
     end as action,
     case when not dropped then clean_value end as clean_value
 from stg_dcgm_judged
-where reason is not null
+where quarantined
 union all
 select
     * exclude (clean_value, kept_value, copy_number),
@@ -70,7 +70,7 @@ from extra_copies
 where copy_number > 1
 union all
 select
-    k.* exclude (series_key, value_read, dropped, reason, clean_value),
+    k.* exclude (series_key, value_read, dropped, quarantined, reason, clean_value),
     'uuid_on_several_nodes' as reason,
     'merged' as action,
     k.clean_value
