@@ -2,13 +2,8 @@
 -- unschedulable or unallocated) and its GPU-equivalent seconds, with names, for audits and the dashboard
 -- (stored under warehouse.persist_models: all; the marts compute the category from the keyed models).
 with devices as (
-    -- A device sample (R3): a GPU's where it is not MIG-partitioned, else a MIG instance's.
-    select device_key, ts_ms, node_key, model_key, null::integer as profile_key, busy, unhealthy, unschedulable, labelled
-    from int_gpu_samples
-    where not is_mig
-    union all
     select device_key, ts_ms, node_key, model_key, profile_key, busy, unhealthy, unschedulable, labelled
-    from int_mig_instance_samples
+    from int_keyed_device_samples
 ),
 claimed as (
     select distinct device_key, ts_ms from int_keyed_device_holders where holder_source = 'dra'

@@ -15,11 +15,7 @@ with keyed as (
         h.alone_share_numerator as share_numerator,
         h.alone_share_denominator as share_denominator,
         h.alone_share_numerator / h.alone_share_denominator as share
-    from (
-        select device_key, ts_ms, holder_key from int_gpu_samples where not is_mig
-        union all
-        select device_key, ts_ms, holder_key from int_mig_instance_samples
-    ) as d
+    from int_keyed_device_samples as d
     -- A KAI reservation pod's group holds what it holds (int_keyed_device_holders lists them).
     join int_holders as h on h.holder_key = d.holder_key and not h.kai_reservation
 )

@@ -3,15 +3,9 @@
 -- (stored under warehouse.persist_models: all; the marts read the keyed models).
 with devices as (
     select
-        device_key, ts_ms, gpu_key, node_key, model_key, null::integer as profile_key, price_units, busy,
-        fb_used_mib, unhealthy, energy_joules * weight as energy_joules, energy_mj, unschedulable
-    from int_gpu_samples
-    where not is_mig
-    union all
-    select
         device_key, ts_ms, gpu_key, node_key, model_key, profile_key, price_units, busy, fb_used_mib, unhealthy,
         energy_joules, energy_mj, unschedulable
-    from int_mig_instance_samples
+    from int_keyed_device_samples
 )
 select
     v.cluster,

@@ -6,9 +6,7 @@
 -- int_device_holders shows every holder of every device sample with names.
 with shared_samples as materialized (
     -- The device samples whose series name several pods (labelled, but no one holder_key).
-    select ts_ms, device_key from int_gpu_samples where not is_mig and labelled and holder_key is null
-    union all
-    select ts_ms, device_key from int_mig_instance_samples where labelled and holder_key is null
+    select ts_ms, device_key from int_keyed_device_samples where labelled and holder_key is null
 ),
 series_holders as (
     -- Pod labels on a series name its holder (R5); copies of one device for several pods are one device
@@ -25,11 +23,7 @@ series_holders as (
     union all
     -- A KAI reservation pod alone on a device sample: its group's Running pods hold it.
     select g.ts_ms, g.device_key, g.holder_key
-    from (
-        select ts_ms, device_key, holder_key from int_gpu_samples where not is_mig
-        union all
-        select ts_ms, device_key, holder_key from int_mig_instance_samples
-    ) as g
+    from int_keyed_device_samples as g
     join int_holders as k on k.holder_key = g.holder_key and k.kai_reservation
 ),
 kai_groups as (
@@ -74,11 +68,7 @@ unlabelled_samples as (
     -- devices the DRA map knows: only those can be held through a claim. A device sample is a GPU's where it
     -- is not MIG-partitioned, else an instance's.
     select d.ts_ms, d.device_key
-    from (
-        select ts_ms, device_key, labelled from int_gpu_samples where not is_mig
-        union all
-        select ts_ms, device_key, labelled from int_mig_instance_samples
-    ) as d
+    from int_keyed_device_samples as d
     semi join int_dra_device_map as m on m.device_key = d.device_key
     where not d.labelled
 ),

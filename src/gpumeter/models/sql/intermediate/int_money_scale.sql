@@ -9,11 +9,7 @@ with share_denominators as (
     from int_holders as h
     where h.alone_share_denominator <> 1
         and not h.kai_reservation
-        and h.holder_key in (
-            select holder_key from int_gpu_samples where not is_mig
-            union all
-            select holder_key from int_mig_instance_samples
-        )
+        and h.holder_key in (select holder_key from int_keyed_device_samples)
 )
 select
     share_lcm,

@@ -28,10 +28,7 @@ expected as (
     having bool_or(in_day)  -- a node of the day, not one only the lookback saw
 ),
 devices as (
-    -- A device sample (R3): a GPU's where it is not MIG-partitioned, else a MIG instance's.
-    select device_key, ts_ms, node_key, holder_key from int_gpu_samples where not is_mig
-    union all
-    select device_key, ts_ms, node_key, holder_key from int_mig_instance_samples
+    select device_key, ts_ms, node_key, holder_key from int_keyed_device_samples
 ),
 share_sums as (
     -- Per device sample, its holders' shares summed, rounded: order-free (R1). A pod that holds the sample

@@ -16,17 +16,10 @@ with tenants as (
     join int_holder_tenants as t on t.namespace = h.namespace and t.pod = h.pod
 ),
 devices as (
-    -- A device sample (R3): a GPU's where it is not MIG-partitioned, else a MIG instance's.
-    select
-        device_key, ts_ms, node_key, model_key, null::integer as profile_key, weight, price_units, busy,
-        fb_used_mib, energy_joules * weight as energy_joules, energy_mj, holder_key
-    from int_gpu_samples
-    where not is_mig
-    union all
     select
         device_key, ts_ms, node_key, model_key, profile_key, weight, price_units, busy, fb_used_mib,
         energy_joules, energy_mj, holder_key
-    from int_mig_instance_samples
+    from int_keyed_device_samples
 ),
 held as (
     -- Each device sample with each of its holders: the one labelled pod, or the holders int_keyed_device_holders

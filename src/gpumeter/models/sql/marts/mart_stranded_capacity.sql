@@ -5,19 +5,11 @@ with claimed as (
     select distinct device_key, ts_ms from int_keyed_device_holders where holder_source = 'dra'
 ),
 device_parts as (
-    -- A device sample (R3): a GPU's where it is not MIG-partitioned, else a MIG instance's.
     select
         d.node_key,
         capacity_category(d.unhealthy, d.labelled or c.device_key is not null, d.busy, d.unschedulable) as category,
         sum(sample_seconds(d.weight)) as gpu_seconds
-    from (
-        select device_key, ts_ms, node_key, weight, unhealthy, labelled, busy, unschedulable
-        from int_gpu_samples
-        where not is_mig
-        union all
-        select device_key, ts_ms, node_key, weight, unhealthy, labelled, busy, unschedulable
-        from int_mig_instance_samples
-    ) as d
+    from int_keyed_device_samples as d
     left join claimed as c on c.device_key = d.device_key and c.ts_ms = d.ts_ms
     group by all
 ),
