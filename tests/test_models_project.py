@@ -290,14 +290,14 @@ def run_assertions(model: str, tables: dict[str, str]) -> None:
 
 def holders(*rows: tuple[str, int, int, int, int]) -> dict[str, str]:
     """int_keyed_device_holders rows from (device_id, ts_ms, holder_count, share_numerator, share_denominator),
-    each device keyed by an integer that stg_dcgm_series names."""
+    each device keyed by an integer that stg_dcgm_devices names."""
     keys = {d: k for k, d in enumerate(sorted({row[0] for row in rows}), start=1)}
     values = ", ".join(f"({keys[d]}, {t}, {c}, {n}, {q}::hugeint)" for d, t, c, n, q in rows)
     names = ", ".join(f"({k}, '{d}')" for d, k in keys.items())
     return {
         "int_keyed_device_holders": f"select * from (values {values}) "
         "as t(device_key, ts_ms, holder_count, share_numerator, share_denominator)",
-        "stg_dcgm_series": f"select * from (values {names}) as t(device_key, device_id)",
+        "stg_dcgm_devices": f"select * from (values {names}) as t(device_key, device_id)",
     }
 
 

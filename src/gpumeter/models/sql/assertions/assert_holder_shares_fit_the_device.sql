@@ -29,5 +29,5 @@ select
         || ' of it, more than the whole device: the shares of one device sample must sum to at most 1; report '
         || 'it with the day''s raw files and config' as message
 from overbooked as o
-join (select distinct device_key, device_id from stg_dcgm_series) as d on d.device_key = o.device_key
+join stg_dcgm_devices as d on d.device_key = o.device_key
 order by d.device_id, o.ts_ms

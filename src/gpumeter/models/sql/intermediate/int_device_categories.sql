@@ -24,8 +24,7 @@ select
     capacity_category(k.unhealthy, k.labelled or h.device_key is not null, k.busy, k.unschedulable) as category,
     sample_seconds(c.weight) as gpu_seconds
 from devices as k
-join (select distinct device_key, cluster, device_id, uuid, gpu_i_id from stg_dcgm_series) as v
-    on v.device_key = k.device_key
+join stg_dcgm_devices as v on v.device_key = k.device_key
 join int_keyed_device_classes as c on c.model_key = k.model_key and c.profile_key is not distinct from k.profile_key
 left join stg_dcgm_nodes as n on n.node_key = k.node_key
 left join claimed as h on h.device_key = k.device_key and h.ts_ms = k.ts_ms

@@ -31,5 +31,5 @@ select
     k.share_denominator,
     k.share
 from keyed as k
-join (select distinct device_key, device_id from stg_dcgm_series) as v on v.device_key = k.device_key
+join stg_dcgm_devices as v on v.device_key = k.device_key
 join int_holders as h on h.holder_key = k.holder_key

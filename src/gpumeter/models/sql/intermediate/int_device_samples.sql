@@ -30,8 +30,7 @@ select
     k.energy_mj,
     k.unschedulable
 from devices as k
-join (select distinct device_key, cluster, device_id, uuid, gpu_i_id from stg_dcgm_series) as v
-    on v.device_key = k.device_key
+join stg_dcgm_devices as v on v.device_key = k.device_key
 join int_keyed_device_classes as c on c.model_key = k.model_key and c.profile_key is not distinct from k.profile_key
 join int_gpu_samples as g on g.gpu_key = k.gpu_key and g.ts_ms = k.ts_ms
 left join stg_dcgm_nodes as n on n.node_key = k.node_key

@@ -1,17 +1,14 @@
 -- One row per pod-less DCGM device × ResourceSlice device × span of validity (R5): which slice device each
 -- device is, and when (null bounds: unbounded).
-with devices as (
-    select distinct device_key, device_id, gpu_key, uuid, gpu_i_id from stg_dcgm_series
-),
-whole_gpus as (
+with whole_gpus as (
     select d.device_key, d.device_id, s.driver, s.pool, s.device, s.valid_from_ms, s.valid_until_ms
     from (
         -- The GPUs that are a whole device at some sample.
         select distinct device_key from int_gpu_samples
         where not is_mig
-          and gpu_key in (select d.gpu_key from devices as d join stg_dra_devices as s on s.gpu_uuid = d.uuid)
+          and gpu_key in (select d.gpu_key from stg_dcgm_devices as d join stg_dra_devices as s on s.gpu_uuid = d.uuid)
     ) as k
-    join devices as d on d.device_key = k.device_key
+    join stg_dcgm_devices as d on d.device_key = k.device_key
     join stg_dra_devices as s on s.gpu_uuid = d.uuid and s.device_type <> 'mig'
 ),
 mig_slices as (
@@ -81,7 +78,7 @@ instance_ranks as (
             select k.ts_ms, m.gpu_uuid as uuid, m.mig_profile, v.gpu_i_id, v.device_key, v.device_id
             from int_mig_instance_samples as k
             join mig_slice_keys as m on m.gpu_key = k.gpu_key and m.profile_key = k.profile_key
-            join devices as v on v.device_key = k.device_key
+            join stg_dcgm_devices as v on v.device_key = k.device_key
         ) as d
         asof join keyed_pieces as p
             on p.gpu_uuid = d.uuid and p.mig_profile = d.mig_profile and d.ts_ms >= p.from_key

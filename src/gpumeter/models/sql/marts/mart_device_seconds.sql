@@ -134,8 +134,7 @@ select
     u.energy_units,
     u.units_per_currency
 from units as u
-join (select distinct device_key, cluster, device_id, uuid, gpu_i_id from stg_dcgm_series) as v
-    on v.device_key = u.device_key
+join stg_dcgm_devices as v on v.device_key = u.device_key
 left join stg_dcgm_nodes as n on n.node_key = u.node_key
 join int_holders as h on h.holder_key = u.holder_key
 join (select distinct tenant_key, tenant, cost_center, tenant_rule from tenants) as t on t.tenant_key = u.tenant_key

@@ -104,6 +104,6 @@ select
 from parts as p
 left join layout_names as n on n.gpu_key = p.gpu_key and n.layout_key is not distinct from p.layout_key
 left join stg_dcgm_nodes as nd on nd.node_key = p.node_key
-join (select distinct gpu_key, uuid from stg_dcgm_series) as gp on gp.gpu_key = p.gpu_key
-left join (select distinct device_key, gpu_i_id from stg_dcgm_series) as v on v.device_key = p.device_key
+join (select distinct gpu_key, uuid from stg_dcgm_devices) as gp on gp.gpu_key = p.gpu_key
+left join stg_dcgm_devices as v on v.device_key = p.device_key
 left join profiles as pr on pr.profile_key = p.profile_key
