@@ -37,7 +37,7 @@ def write_sorted(con: duckdb.DuckDBPyConnection, raw_files: list[str], out: Path
         f"""
         copy (
             with raw as (
-                select *, hash({SERIES_LABELS}) as series_key from read_parquet({raw_files!r})
+                select ts_ms, metric, value, hash({SERIES_LABELS}) as series_key from read_parquet({raw_files!r})
             ),
             series as (
                 select series_key, row_number() over (order by series_key) - 1 as series_ord

@@ -264,8 +264,8 @@ def test_two_label_sets_under_one_series_key_stop_the_day() -> None:
     con = duckdb.connect()
     try:
         con.execute(
-            "create table stg_dcgm_series as select * from (values (42::ubigint, 'n1'), (42::ubigint, 'n2')) "
-            "as t(series_key, node)"
+            "create table stg_dcgm_series as select * from (values (42::ubigint, 'n1', 'GPU-1', null, null, null), "
+            "(42::ubigint, 'n2', 'GPU-1', null, null, null)) as t(series_key, node, uuid, gpu_i_id, namespace, pod)"
         )
         series = next(m for m in load_models() if m.name == "stg_dcgm_series")
         with pytest.raises(AccountingError, match="share the key 42"):

@@ -33,7 +33,7 @@ from gpumeter.ingest.contract import SourceError, concat_parts, day_bounds_ms
 from gpumeter.ingest.k8s_objects import load_k8s_json, parse_resource_claims, parse_resource_slices
 from gpumeter.ingest.parquet import ParquetRawSource
 from gpumeter.ingest.prometheus import PrometheusRawSource, parse_timestamp_ms
-from gpumeter.ingest.schema import RAW_DCGM_SCHEMA, RAW_KUBE_SCHEMA
+from gpumeter.ingest.schema import DCGM_SERIES_LABELS, RAW_DCGM_SCHEMA, RAW_KUBE_SCHEMA, dcgm_series_key
 from gpumeter_sim import promserver
 from gpumeter_sim.promserver import PrometheusServer, backfill
 
@@ -212,6 +212,12 @@ def test_fetch_day_returns_exactly_the_samples_of_the_half_open_day(prom: Promet
     assert any(v == "NaN" for _, v in util)  # NaN passes through; the accounting ignores it (R10)
     fb_ts = [ts for ts, _ in got(raw.dcgm, FB)]
     assert all(ts % 1000 == 123 for ts in fb_ts)  # millisecond timestamps survive exactly
+    # Every row carries its series' key: one per label set, the fixed function of its labels.
+    series = raw.dcgm.group_by([*DCGM_SERIES_LABELS, "series_key"]).aggregate([]).to_pylist()
+    assert series and all(
+        s["series_key"] == dcgm_series_key([s[name] for name in DCGM_SERIES_LABELS]) for s in series
+    )
+    assert len({s["series_key"] for s in series}) == len(series)
 
 
 def test_next_day_starts_with_the_midnight_sample_and_lookback_reaches_back(prom: PrometheusServer) -> None:
@@ -304,7 +310,8 @@ def test_label_spellings_map_to_the_same_columns(prom: PrometheusServer) -> None
     for cluster in ("new", "old", "exported"):
         raw = source(prom.url, f'cluster="{cluster}"', **FEW).fetch_day(cluster, DAY, 0)
         assert set(raw.dcgm.column("cluster").to_pylist()) == {cluster}
-        tables[cluster] = rows(raw.dcgm.drop_columns(["cluster"]))
+        # The series key is of every label the accounting reads, the cluster's too.
+        tables[cluster] = rows(raw.dcgm.drop_columns(["cluster", "series_key"]))
     assert tables["new"] == tables["old"] == tables["exported"]
     first = source(prom.url, 'cluster="old"', **FEW).fetch_day("old", DAY, 0).dcgm.slice(0, 1).to_pylist()[0]
     assert first == {
@@ -327,6 +334,7 @@ def test_label_spellings_map_to_the_same_columns(prom: PrometheusServer) -> None
         "dra_driver_name": "gpu.nvidia.com",
         "dra_pool_name": "n1",
         "dra_device_name": "gpu-0-mig-2",
+        "series_key": dcgm_series_key(["old", "n1", "GPU-1", "2", "team-a", "p1", "main", H100, "3g.40gb"]),
     }
 
 

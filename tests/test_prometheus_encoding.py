@@ -29,7 +29,7 @@ from pydantic import ValidationError
 from gpumeter.config import ConfigError, PrometheusSource, parse_config
 from gpumeter.ingest.contract import SourceError, day_bounds_ms
 from gpumeter.ingest.prometheus import PrometheusRawSource
-from gpumeter.ingest.schema import RAW_DCGM_SCHEMA
+from gpumeter.ingest.schema import RAW_DCGM_SCHEMA, dcgm_series_key
 from gpumeter_sim import promserver
 from gpumeter_sim.promserver import PrometheusServer
 
@@ -113,6 +113,20 @@ def _expected(lo: int, hi: int) -> pa.Table:
                     "namespace": labels["namespace"],
                     "pod": labels["pod"],
                     "container": labels["container"],
+                    # cluster, hostname, uuid, gpu_i_id, namespace, pod, container, modelName, MIG profile
+                    "series_key": dcgm_series_key(
+                        [
+                            "c1",
+                            labels["Hostname"],
+                            labels["UUID"],
+                            None,
+                            labels["namespace"],
+                            labels["pod"],
+                            labels["container"],
+                            labels["modelName"],
+                            None,
+                        ]
+                    ),
                 }
             )
     rows.sort(key=lambda r: (r["ts_ms"], r["metric"], r["hostname"], r["uuid"]))

@@ -21,10 +21,12 @@ from gpumeter.ingest.schema import (
     DCGM_GPU_UTIL,
     DCGM_GR_ENGINE_ACTIVE,
     DCGM_POWER,
+    DCGM_SERIES_LABELS,
     DCGM_TEMP,
     DCGM_XID,
     RAW_DCGM_SCHEMA,
     RAW_KUBE_SCHEMA,
+    dcgm_series_key,
 )
 from gpumeter_sim.activity import (
     DayContext,
@@ -93,7 +95,9 @@ class _Rows:
         return pa.table([columns.get(f.name, pa.nulls(len(idx), f.type)) for f in schema], schema=schema)
 
 
-_DCGM_LABEL_COLUMNS = [f.name for f in RAW_DCGM_SCHEMA][4:]  # hostname ... dra_device_name
+_DCGM_LABEL_COLUMNS = RAW_DCGM_SCHEMA.names[
+    4 : RAW_DCGM_SCHEMA.get_field_index("series_key")
+]  # hostname ... dra_device_name
 WHOLE_METRICS = (
     DCGM_GPU_UTIL, DCGM_GR_ENGINE_ACTIVE, DCGM_FB_USED, DCGM_FB_FREE, DCGM_POWER, DCGM_ENERGY, DCGM_XID, DCGM_TEMP,
 )  # fmt: skip
@@ -422,6 +426,14 @@ def _dcgm_table(
         name: pa.array([key[i] for key in rows.labels], type=pa.string())
         for i, name in enumerate(_DCGM_LABEL_COLUMNS)
     }
+    # Each series' key, as the pull writes it (one per label set, not per row).
+    series_labels = [
+        [ctx.spec.cluster] * len(rows.labels) if name == "cluster" else columns[name].to_pylist()
+        for name in DCGM_SERIES_LABELS
+    ]
+    columns["series_key"] = pa.array(
+        [dcgm_series_key(labels) for labels in zip(*series_labels, strict=True)], pa.uint64()
+    )
     return rows.table(ctx, RAW_DCGM_SCHEMA, columns)
 
 

@@ -10,6 +10,10 @@ are exact integer comparisons.
 
 from __future__ import annotations
 
+import hashlib
+import struct
+from collections.abc import Sequence
+
 import pyarrow as pa
 
 # dcgm-exporter series, one row per (series, sample). High volume: typed columns, no label map.
@@ -34,8 +38,35 @@ RAW_DCGM_SCHEMA = pa.schema(
         ("dra_driver_name", pa.string()),
         ("dra_pool_name", pa.string()),
         ("dra_device_name", pa.string()),
+        # The series' key (dcgm_series_key of its DCGM_SERIES_LABELS), written by the sources that know their
+        # series (the pull, the simulator) so that metering groups one integer per row instead of hashing
+        # nine labels; a day whose files lack it (or hold a null) is keyed when metered.
+        ("series_key", pa.uint64()),
     ]
 )
+
+# The labels that make a DCGM series what the accounting reads (R1, R3, R5): one key per distinct set.
+DCGM_SERIES_LABELS = (
+    "cluster", "hostname", "uuid", "gpu_i_id", "namespace", "pod", "container", "model_name", "gpu_i_profile",
+)  # fmt: skip
+
+
+def dcgm_series_key(labels: Sequence[str | None]) -> int:
+    """The stored key of a DCGM series: the first 8 bytes of a BLAKE2b digest of its DCGM_SERIES_LABELS
+    values in order, each length-prefixed (a null is not the empty string), as an unsigned 64-bit integer.
+    A fixed function, so that files written by any version or source key one label set alike."""
+    if len(labels) != len(DCGM_SERIES_LABELS):
+        raise ValueError(f"a DCGM series key takes {len(DCGM_SERIES_LABELS)} labels, got {len(labels)}")
+    digest = hashlib.blake2b(digest_size=8)
+    for value in labels:
+        if value is None:
+            digest.update(b"\xff\xff\xff\xff")
+        else:
+            encoded = value.encode("utf-8")
+            digest.update(struct.pack("<I", len(encoded)))
+            digest.update(encoded)
+    return int.from_bytes(digest.digest(), "little")
+
 
 # kube-state-metrics and OpenCost series. Low volume, many label shapes: labels as a JSON object
 # (without __name__ and without the cluster label, which has its own column).
@@ -74,6 +105,7 @@ RAW_KUBE_SPANS_SCHEMA = pa.schema(
 
 # Columns a stored raw file may lack (written before the column existed): read as null.
 OPTIONAL_RAW_COLUMNS: dict[str, frozenset[str]] = {
+    "raw_dcgm_samples": frozenset({"series_key"}),
     "raw_kube_samples": frozenset({"target"}),
     # DRA rows written before snapshots kept their time: read as of a snapshot of unknown time (R5).
     "raw_dra_allocations": frozenset({"snapshot_ms", "created_ms"}),

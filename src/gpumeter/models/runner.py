@@ -18,7 +18,7 @@ import pyarrow as pa
 from gpumeter.config import Config
 from gpumeter.ingest.contract import RawDay, RawFiles, day_bounds_ms, lookback_ms
 from gpumeter.ingest.kube_spans import create_spans
-from gpumeter.ingest.schema import OPTIONAL_RAW_COLUMNS, RAW_KUBE_SPANS_SCHEMA, RAW_TABLES
+from gpumeter.ingest.schema import DCGM_SERIES_LABELS, OPTIONAL_RAW_COLUMNS, RAW_KUBE_SPANS_SCHEMA, RAW_TABLES
 from gpumeter.models.money import MONEY_UNITS_BASE, WEIGHT_SCALE, price_units
 from gpumeter.models.project import (
     LAYERS,
@@ -198,8 +198,12 @@ def _load_raw(con: duckdb.DuckDBPyConnection, raw: RawDay | RawFiles) -> None:
     kube table is read as spans (gpumeter.ingest.kube_spans), however it came."""
     if isinstance(raw, RawDay):
         for name, table in raw.tables().items():
-            con.register(f"{name}__arrow", _conform(table, name))
-            con.execute(f"create temp table {_loaded(name)} as select * from {name}__arrow")
+            table = _conform(table, name)
+            rows = "*"
+            if name == DCGM and table.column(SERIES_KEY).null_count:
+                rows = f"* replace ({_SERIES_KEY_OF_LABELS} as {SERIES_KEY})"
+            con.register(f"{name}__arrow", table)
+            con.execute(f"create temp table {_loaded(name)} as select {rows} from {name}__arrow")
             con.unregister(f"{name}__arrow")
         _kube_spans(con, [])
         return
@@ -219,10 +223,15 @@ def _load_raw(con: duckdb.DuckDBPyConnection, raw: RawDay | RawFiles) -> None:
             ).fetchall()
         }
         optional = OPTIONAL_RAW_COLUMNS.get(name, frozenset())
-        columns = ", ".join(
-            f'"{column}"' if column in stored or column not in optional else f'null::varchar as "{column}"'
+        read = {
+            column: f'"{column}"'
+            if column in stored or column not in optional
+            else f'null::varchar as "{column}"'
             for column in schema.names
-        )
+        }
+        if name == DCGM and not _stores_series_keys(con, files, len(paths)):
+            read[SERIES_KEY] = f"{_SERIES_KEY_OF_LABELS} as {SERIES_KEY}"
+        columns = ", ".join(read.values())
         try:
             con.execute(
                 f"create temp view {_loaded(name)} as select {columns} from read_parquet([{files}], "
@@ -239,6 +248,21 @@ def _load_raw(con: duckdb.DuckDBPyConnection, raw: RawDay | RawFiles) -> None:
 
 KUBE = "raw_kube_samples"
 _KUBE_ROWS = "raw_kube_rows"
+DCGM = "raw_dcgm_samples"
+SERIES_KEY = "series_key"
+# A day whose rows do not all carry a stored key is keyed here, every row by one function of its labels: a
+# 64-bit hash, so that the day's largest group-by hashes one integer instead of nine strings.
+_SERIES_KEY_OF_LABELS = "hash(" + ", ".join(DCGM_SERIES_LABELS) + ")"
+
+
+def _stores_series_keys(con: duckdb.DuckDBPyConnection, files: str, file_count: int) -> bool:
+    """Whether every one of the DCGM files stores a series key in every row (their footers say so). Keys are
+    taken as stored only then: one series is never keyed by two functions in one day."""
+    found = con.execute(
+        "select count(distinct file_name), coalesce(bool_and(stats_null_count = 0), false) "  # noqa: S608
+        f"from parquet_metadata([{files}]) where path_in_schema = '{SERIES_KEY}'"
+    ).fetchone()
+    return found is not None and found[0] == file_count and bool(found[1])
 
 
 def _loaded(name: str) -> str:

@@ -17,7 +17,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from gpumeter.ingest.kube_spans import KubeSeries
-from gpumeter.ingest.schema import RAW_DCGM_SCHEMA, RAW_KUBE_SCHEMA
+from gpumeter.ingest.schema import DCGM_SERIES_LABELS, RAW_DCGM_SCHEMA, RAW_KUBE_SCHEMA, dcgm_series_key
 
 # raw_dcgm_samples column -> label names that carry it, most preferred first (docs/telemetry.md). The
 # `exported_` names are what Prometheus makes of the exporter's own labels when the scrape target has
@@ -350,9 +350,7 @@ class SeriesMapping:
     cluster_label: str
     replica_labels: tuple[str, ...]
     # Label set -> the series' constant columns: each series' labels are converted once per source.
-    _rows: dict[tuple[Any, ...], tuple[str | None, ...]] = field(
-        default_factory=dict, compare=False, repr=False
-    )
+    _rows: dict[tuple[Any, ...], tuple[Any, ...]] = field(default_factory=dict, compare=False, repr=False)
 
     def cluster_of(self, labels: dict[str, str], configured: str) -> str:
         return labels.get(self.cluster_label) or configured
@@ -368,7 +366,7 @@ class SeriesMapping:
         dictionary as it is."""
         if not series:
             return (RAW_DCGM_DICTIONARY_SCHEMA if dictionary else RAW_DCGM_SCHEMA).empty_table()
-        rows = [self._dcgm_row(s) for s in series]
+        rows = [self._dcgm_row(s, cluster) for s in series]
         per_series = {"cluster": [r[0] or cluster for r in rows], "metric": [r[1] for r in rows]}
         for i, (column, _) in enumerate(DCGM_LABEL_COLUMNS, start=2):
             per_series[column] = [r[i] for r in rows]
@@ -382,27 +380,30 @@ class SeriesMapping:
         ts, values, index = _sorted_rows(series, keys)
         column = _dictionary_column if dictionary else _column
         columns = {name: column(per_series[name], index) for name in per_series}
+        columns["series_key"] = pa.array([r[-1] for r in rows], pa.uint64()).take(index)
         columns["ts_ms"] = pa.array(ts, pa.int64())
         columns["value"] = pa.array(values, pa.float64())
         schema = RAW_DCGM_DICTIONARY_SCHEMA if dictionary else RAW_DCGM_SCHEMA
         return pa.table(columns).select(schema.names).cast(schema)
 
-    def _dcgm_row(self, series: Series) -> tuple[str | None, ...]:
-        """A series' constant columns (its cluster label, name, and DCGM_LABEL_COLUMNS), worked out once
-        per label set and pull source: the same series comes back in every window and part."""
-        return self._constant_row(
-            "dcgm",
-            series,
-            lambda: (
-                series.labels.get(self.cluster_label) or None,
-                series.labels["__name__"],
-                *(_first(series.labels, names) for _, names in DCGM_LABEL_COLUMNS),
-            ),
-        )
+    def _dcgm_row(self, series: Series, cluster: str) -> tuple[Any, ...]:
+        """A series' constant columns (its cluster label, name, and DCGM_LABEL_COLUMNS) and last its stored
+        key (dcgm_series_key), worked out once per label set, pull source and configured cluster: the same
+        series comes back in every window and part."""
+
+        def make() -> tuple[Any, ...]:
+            row = {column: _first(series.labels, names) for column, names in DCGM_LABEL_COLUMNS}
+            row["cluster"] = series.labels.get(self.cluster_label) or None
+            key = dcgm_series_key(
+                [(row[n] or cluster) if n == "cluster" else row[n] for n in DCGM_SERIES_LABELS]
+            )
+            return (row["cluster"], series.labels["__name__"], *(row[c] for c, _ in DCGM_LABEL_COLUMNS), key)
+
+        return self._constant_row(("dcgm", cluster), series, make)
 
     def _constant_row(
-        self, table: str, series: Series, make: Callable[[], tuple[str | None, ...]]
-    ) -> tuple[str | None, ...]:
+        self, table: Hashable, series: Series, make: Callable[[], tuple[Any, ...]]
+    ) -> tuple[Any, ...]:
         """`make()`'s row of a series' constant columns for `table`, kept per label set."""
         key = (table, series.key)
         row = self._rows.get(key)

@@ -1,10 +1,21 @@
--- R1: series are keyed by a 64-bit hash of their labels (stg_dcgm_judged); two label sets under one key would
--- merge two series' samples, so the day stops instead.
+-- R1: a series is keyed by one integer (stg_dcgm_judged: stored with its rows, or a 64-bit hash of its labels).
+-- A series whose rows carry two keys would split its samples; two series under one key would merge theirs:
+-- either way the day stops instead.
 select
     series_key,
-    'two DCGM series share the key ' || series_key || ' (a hash collision of their labels): the day cannot be '
-        || 'metered exactly; report it with the day''s raw files' as message
+    'the DCGM series of GPU ' || coalesce(uuid, '?') || coalesce(' instance ' || gpu_i_id, '')
+        || coalesce(' on node ' || node, '') || coalesce(' of pod ' || namespace || '/' || pod, '')
+        || ' carries two series keys in the day''s raw DCGM files (written by two sources that key a '
+        || 'series differently): re-pull the day, or remove the series_key column from its files' as message
 from stg_dcgm_series
+where series_key is null
+union all
+select
+    series_key,
+    'two DCGM series share the key ' || series_key || ' (a collision of their labels'' 64-bit keys): the '
+        || 'day cannot be metered exactly; report it with the day''s raw files' as message
+from stg_dcgm_series
+where series_key is not null
 group by series_key
 having count(*) > 1
-order by series_key
+order by series_key nulls first

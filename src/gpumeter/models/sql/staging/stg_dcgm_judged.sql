@@ -1,11 +1,16 @@
 -- One row per raw DCGM row: the judgement of its own labels and value (a reason where it is not taken as it
--- came, whether it is dropped, the value it is taken at) and its series key. Ephemeral: a view.
+-- came, whether it is dropped, the value it is taken at), with its series key. Ephemeral: a view.
 with read_rows as (
     -- The raw columns by name, so that a column added to the raw schema is not carried on unread;
     -- `value_read`: the row is of a metric whose value the accounting reads (the one list of them).
     select
         cluster, ts_ms, metric, value, hostname, uuid, gpu, model_name, gpu_i_id, gpu_i_profile, namespace, pod,
         container, vgpu, dra_claim_name, dra_claim_namespace, dra_driver_name, dra_pool_name, dra_device_name,
+        -- The series a row belongs to: one integer for every label the accounting reads, stored with the row
+        -- or a hash of those labels (gpumeter.models.runner), so that the day's largest group-by
+        -- (stg_dcgm_samples) groups one integer instead of nine strings; stg_dcgm_series checks that each
+        -- series has one key and no two series share one.
+        series_key,
         metric in (
             'DCGM_FI_PROF_GR_ENGINE_ACTIVE',
             'DCGM_FI_DEV_GPU_UTIL',
@@ -74,9 +79,5 @@ select
         when metric = 'DCGM_FI_DEV_GPU_UTIL' and value > 100 then 100.0
         when metric = 'DCGM_FI_PROF_GR_ENGINE_ACTIVE' and value > 1 then 1.0
         else value
-    end as clean_value,
-    -- The series a row belongs to: every label the accounting reads. A 64-bit hash, so that the day's largest
-    -- group-by (stg_dcgm_samples) hashes one integer instead of nine strings; stg_dcgm_series computes the
-    -- same hash of the same labels once per series (assert_series_keys_are_distinct: the day has no collision).
-    hash(cluster, hostname, uuid, gpu_i_id, namespace, pod, container, model_name, gpu_i_profile) as series_key
+    end as clean_value
 from read_rows

@@ -3,9 +3,10 @@
 -- profile and holder let the per-sample models group and join integers, not strings; each is ranked in name
 -- order, so the least key is the least name (min(node) picks the first node by name, R4).
 select
-    -- The same hash of the same labels as stg_dcgm_judged's, computed once per series instead of once per row.
-    hash(cluster, node, uuid, gpu_i_id, namespace, pod, container, model_name, mig_profile) as series_key,
-    *,
+    -- The key the series' rows carry (stg_dcgm_judged); none where they carry two (files keyed by two
+    -- writers that disagree): assert_series_keys_are_distinct stops the day then.
+    case when first_key = last_key then first_key end as series_key,
+    * exclude (first_key, last_key),
     dense_rank() over (order by uuid)::integer as gpu_key,
     dense_rank() over (order by uuid, gpu_i_id)::integer as device_key,
     case when node is not null then dense_rank() over (order by node) end::integer as node_key,
@@ -31,7 +32,9 @@ from (
         container,
         bool_or(within_day(ts_ms)) as seen_in_day,
         -- A vgpu copy (--kubernetes-virtual-gpus): one of several series carrying one shared device's value.
-        bool_or(vgpu is not null) as vgpu_copy
+        bool_or(vgpu is not null) as vgpu_copy,
+        min(series_key) as first_key,
+        max(series_key) as last_key
     from stg_dcgm_judged
     where not dropped
     group by cluster, hostname, uuid, gpu_i_id, model_name, gpu_i_profile, namespace, pod, container
