@@ -214,9 +214,7 @@ def test_fetch_day_returns_exactly_the_samples_of_the_half_open_day(prom: Promet
     assert all(ts % 1000 == 123 for ts in fb_ts)  # millisecond timestamps survive exactly
     # Every row carries its series' key: one per label set, the fixed function of its labels.
     series = raw.dcgm.group_by([*DCGM_SERIES_LABELS, "series_key"]).aggregate([]).to_pylist()
-    assert series and all(
-        s["series_key"] == dcgm_series_key([s[name] for name in DCGM_SERIES_LABELS]) for s in series
-    )
+    assert series and all(s["series_key"] == dcgm_series_key(s) for s in series)
     assert len({s["series_key"] for s in series}) == len(series)
 
 
@@ -334,7 +332,15 @@ def test_label_spellings_map_to_the_same_columns(prom: PrometheusServer) -> None
         "dra_driver_name": "gpu.nvidia.com",
         "dra_pool_name": "n1",
         "dra_device_name": "gpu-0-mig-2",
-        "series_key": dcgm_series_key(["old", "n1", "GPU-1", "2", "team-a", "p1", "main", H100, "3g.40gb"]),
+        "series_key": dcgm_series_key(
+            dict(
+                zip(
+                    DCGM_SERIES_LABELS,
+                    ["old", "n1", "GPU-1", "2", "team-a", "p1", "main", H100, "3g.40gb"],
+                    strict=True,
+                )
+            )
+        ),
     }
 
 

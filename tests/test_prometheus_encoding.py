@@ -115,17 +115,17 @@ def _expected(lo: int, hi: int) -> pa.Table:
                     "container": labels["container"],
                     # cluster, hostname, uuid, gpu_i_id, namespace, pod, container, modelName, MIG profile
                     "series_key": dcgm_series_key(
-                        [
-                            "c1",
-                            labels["Hostname"],
-                            labels["UUID"],
-                            None,
-                            labels["namespace"],
-                            labels["pod"],
-                            labels["container"],
-                            labels["modelName"],
-                            None,
-                        ]
+                        {
+                            "cluster": "c1",
+                            "hostname": labels["Hostname"],
+                            "uuid": labels["UUID"],
+                            "gpu_i_id": None,
+                            "namespace": labels["namespace"],
+                            "pod": labels["pod"],
+                            "container": labels["container"],
+                            "model_name": labels["modelName"],
+                            "gpu_i_profile": None,
+                        }
                     ),
                 }
             )

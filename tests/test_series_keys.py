@@ -27,12 +27,19 @@ SPEC = replace(simulator.demo_spec(), cluster="prop", start=DAY, days=1, scrape_
 LABELS = ["c1", "n1", "GPU-1", None, "ns-a", "p1", "main", "NVIDIA H100 80GB HBM3", None]
 
 
+def key(labels: list[str | None]) -> int:
+    return dcgm_series_key(dict(zip(DCGM_SERIES_LABELS, labels, strict=True)))
+
+
 def test_the_key_of_a_label_set_never_changes() -> None:
     """Files written by another version or source must key one label set alike: the function is pinned."""
-    assert len(LABELS) == len(DCGM_SERIES_LABELS)
-    assert dcgm_series_key(LABELS) == 14573155268895575014
-    with pytest.raises(ValueError, match="takes 9 labels"):
-        dcgm_series_key(LABELS[:-1])
+    assert key(LABELS) == 14573155268895575014
+    # The raw row's other columns are not the series' (the metric, the value, the GPU index, vgpu, DRA).
+    assert dcgm_series_key(dict(zip(DCGM_SERIES_LABELS, LABELS, strict=True), metric="x", vgpu="1")) == key(
+        LABELS
+    )
+    with pytest.raises(KeyError, match="gpu_i_profile"):
+        dcgm_series_key(dict(zip(DCGM_SERIES_LABELS[:-1], LABELS, strict=False)))
 
 
 def test_keys_tell_apart_label_sets_that_read_alike() -> None:
@@ -46,7 +53,7 @@ def test_keys_tell_apart_label_sets_that_read_alike() -> None:
         ["c1", "n1", "GPU-1", None, None, None, None, LABELS[7], None],  # no pod labels
         ["c1", "n1", "GPU-1", "1", "ns-a", "p1", "main", LABELS[7], "1g.10gb"],
     ]
-    assert len({dcgm_series_key(v) for v in variants}) == len(variants)
+    assert len({key(v) for v in variants}) == len(variants)
 
 
 def _sim_day() -> tuple[RawDay, pa.Table]:
@@ -75,7 +82,7 @@ def test_the_simulator_keys_each_row_by_its_labels() -> None:
     series = dcgm.group_by([*DCGM_SERIES_LABELS, "series_key"]).aggregate([]).to_pylist()
     assert len(series) > 20
     for row in series:
-        assert row["series_key"] == dcgm_series_key([row[name] for name in DCGM_SERIES_LABELS])
+        assert row["series_key"] == dcgm_series_key(row)
     assert len({row["series_key"] for row in series}) == len(series)
 
 

@@ -21,7 +21,6 @@ from gpumeter.ingest.schema import (
     DCGM_GPU_UTIL,
     DCGM_GR_ENGINE_ACTIVE,
     DCGM_POWER,
-    DCGM_SERIES_LABELS,
     DCGM_TEMP,
     DCGM_XID,
     RAW_DCGM_SCHEMA,
@@ -427,13 +426,11 @@ def _dcgm_table(
         for i, name in enumerate(_DCGM_LABEL_COLUMNS)
     }
     # Each series' key, as the pull writes it (one per label set, not per row).
-    series_labels = [
-        [ctx.spec.cluster] * len(rows.labels) if name == "cluster" else columns[name].to_pylist()
-        for name in DCGM_SERIES_LABELS
+    keys = [
+        dcgm_series_key(dict(zip(_DCGM_LABEL_COLUMNS, key, strict=True), cluster=ctx.spec.cluster))
+        for key in rows.labels
     ]
-    columns["series_key"] = pa.array(
-        [dcgm_series_key(labels) for labels in zip(*series_labels, strict=True)], pa.uint64()
-    )
+    columns["series_key"] = pa.array(keys, pa.uint64())
     return rows.table(ctx, RAW_DCGM_SCHEMA, columns)
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import struct
-from collections.abc import Sequence
+from collections.abc import Mapping
 
 import pyarrow as pa
 
@@ -51,14 +51,14 @@ DCGM_SERIES_LABELS = (
 )  # fmt: skip
 
 
-def dcgm_series_key(labels: Sequence[str | None]) -> int:
-    """The stored key of a DCGM series: the first 8 bytes of a BLAKE2b digest of its DCGM_SERIES_LABELS
-    values in order, each length-prefixed (a null is not the empty string), as an unsigned 64-bit integer.
-    A fixed function, so that files written by any version or source key one label set alike."""
-    if len(labels) != len(DCGM_SERIES_LABELS):
-        raise ValueError(f"a DCGM series key takes {len(DCGM_SERIES_LABELS)} labels, got {len(labels)}")
+def dcgm_series_key(series: Mapping[str, str | None]) -> int:
+    """The stored key of a DCGM series, from its raw columns (at least DCGM_SERIES_LABELS): the first 8 bytes
+    of a BLAKE2b digest of those labels' values in that order, each length-prefixed (a null is not the empty
+    string), as an unsigned 64-bit integer. A fixed function, so that files written by any version or source
+    key one label set alike."""
     digest = hashlib.blake2b(digest_size=8)
-    for value in labels:
+    for label in DCGM_SERIES_LABELS:
+        value = series[label]
         if value is None:
             digest.update(b"\xff\xff\xff\xff")
         else:

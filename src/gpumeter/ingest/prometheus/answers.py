@@ -17,7 +17,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from gpumeter.ingest.kube_spans import KubeSeries
-from gpumeter.ingest.schema import DCGM_SERIES_LABELS, RAW_DCGM_SCHEMA, RAW_KUBE_SCHEMA, dcgm_series_key
+from gpumeter.ingest.schema import RAW_DCGM_SCHEMA, RAW_KUBE_SCHEMA, dcgm_series_key
 
 # raw_dcgm_samples column -> label names that carry it, most preferred first (docs/telemetry.md). The
 # `exported_` names are what Prometheus makes of the exporter's own labels when the scrape target has
@@ -393,11 +393,9 @@ class SeriesMapping:
 
         def make() -> tuple[Any, ...]:
             row = {column: _first(series.labels, names) for column, names in DCGM_LABEL_COLUMNS}
-            row["cluster"] = series.labels.get(self.cluster_label) or None
-            key = dcgm_series_key(
-                [(row[n] or cluster) if n == "cluster" else row[n] for n in DCGM_SERIES_LABELS]
-            )
-            return (row["cluster"], series.labels["__name__"], *(row[c] for c, _ in DCGM_LABEL_COLUMNS), key)
+            label = series.labels.get(self.cluster_label) or None
+            key = dcgm_series_key(row | {"cluster": label or cluster})
+            return (label, series.labels["__name__"], *row.values(), key)
 
         return self._constant_row(("dcgm", cluster), series, make)
 
