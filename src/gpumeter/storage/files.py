@@ -16,6 +16,16 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from upath import UPath
 
+# How every Parquet file of the warehouse is written. DuckDB reads a column in vectors of 2,048 rows, and a
+# vector read from one data page of a dictionary-encoded column stays a dictionary vector (its strings are
+# hashed once per dictionary, not once per row); one that spans two pages is copied out flat. Pages cut at
+# multiples of 2,048 rows (pyarrow cuts a page only between write batches) keep every vector in one page.
+PARQUET_WRITE_OPTIONS: dict[str, object] = {
+    "compression": "zstd",
+    "write_batch_size": 2048,
+    "max_rows_per_page": 64 * 2048,
+}
+
 
 class WarehouseError(RuntimeError):
     """A storage problem, with the path and what to do next."""
@@ -81,10 +91,10 @@ def atomic_write_parquet(path: Path, rows: pa.Table) -> Path:
     """Write `rows` to `path` so that the file is either the old one or the complete new one."""
     if not isinstance(path, Path):
         buffer = io.BytesIO()
-        pq.write_table(rows, buffer, compression="zstd")
+        pq.write_table(rows, buffer, **PARQUET_WRITE_OPTIONS)
         return _put_object(path, buffer.getvalue())
     with _replacing(path) as tmp:
-        pq.write_table(rows, tmp, compression="zstd")
+        pq.write_table(rows, tmp, **PARQUET_WRITE_OPTIONS)
     return path
 
 
