@@ -18,14 +18,14 @@ from pathlib import Path
 import duckdb
 
 from gpumeter.config import load_config
-from gpumeter.ingest.schema import DCGM_METRICS, DCGM_POWER
+from gpumeter.ingest.schema import DCGM_METRICS, DCGM_POWER, DCGM_SERIES_LABELS
 from gpumeter.models.partition import read_raw_day
 from gpumeter.storage.warehouse import Warehouse
 from gpumeter_sim import FactorySpec
 
 # A timestamp's offset from the window's start in the key's low bits: 2^27 ms is over 37 hours.
 OFFSET_BITS = 27
-SERIES_LABELS = "cluster, hostname, uuid, gpu_i_id, namespace, pod, container, model_name, gpu_i_profile"
+SERIES_LABELS = ", ".join(DCGM_SERIES_LABELS)
 # The readings stg_dcgm_samples pivots onto a series sample; another metric's row has no code (a null).
 PIVOTED = (*DCGM_METRICS, DCGM_POWER)
 

@@ -29,7 +29,7 @@ from pydantic import ValidationError
 from gpumeter.config import ConfigError, PrometheusSource, parse_config
 from gpumeter.ingest.contract import SourceError, day_bounds_ms
 from gpumeter.ingest.prometheus import PrometheusRawSource
-from gpumeter.ingest.schema import RAW_DCGM_SCHEMA, dcgm_series_key
+from gpumeter.ingest.schema import DCGM_SERIES_LABELS, RAW_DCGM_SCHEMA, dcgm_series_key
 from gpumeter_sim import promserver
 from gpumeter_sim.promserver import PrometheusServer
 
@@ -100,35 +100,22 @@ def _expected(lo: int, hi: int) -> pa.Table:
     for s in SAMPLES:
         if lo <= s.ts_ms < hi:
             labels = s.label_dict
-            rows.append(
-                {
-                    "cluster": "c1",
-                    "ts_ms": s.ts_ms,
-                    "metric": s.metric,
-                    "value": s.value,
-                    "hostname": labels["Hostname"],
-                    "uuid": labels["UUID"],
-                    "gpu": labels["gpu"],
-                    "model_name": labels["modelName"],
-                    "namespace": labels["namespace"],
-                    "pod": labels["pod"],
-                    "container": labels["container"],
-                    # cluster, hostname, uuid, gpu_i_id, namespace, pod, container, modelName, MIG profile
-                    "series_key": dcgm_series_key(
-                        {
-                            "cluster": "c1",
-                            "hostname": labels["Hostname"],
-                            "uuid": labels["UUID"],
-                            "gpu_i_id": None,
-                            "namespace": labels["namespace"],
-                            "pod": labels["pod"],
-                            "container": labels["container"],
-                            "model_name": labels["modelName"],
-                            "gpu_i_profile": None,
-                        }
-                    ),
-                }
-            )
+            row = {
+                "cluster": "c1",
+                "ts_ms": s.ts_ms,
+                "metric": s.metric,
+                "value": s.value,
+                "hostname": labels["Hostname"],
+                "uuid": labels["UUID"],
+                "gpu": labels["gpu"],
+                "model_name": labels["modelName"],
+                "namespace": labels["namespace"],
+                "pod": labels["pod"],
+                "container": labels["container"],
+            }
+            # The series' key of its labels (those it lacks, the MIG ones, are null).
+            row["series_key"] = dcgm_series_key(dict.fromkeys(DCGM_SERIES_LABELS) | row)
+            rows.append(row)
     rows.sort(key=lambda r: (r["ts_ms"], r["metric"], r["hostname"], r["uuid"]))
     return pa.Table.from_pylist(rows, schema=RAW_DCGM_SCHEMA)
 
