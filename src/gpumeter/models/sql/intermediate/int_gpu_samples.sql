@@ -6,15 +6,21 @@ with gpu_readings as (
     select
         d.gpu_key,
         s.ts_ms,
+        -- A property of the GPU (stg_dcgm_series): grouped by, so that it costs no aggregate state.
+        d.gpu_shows_instances,
         min(d.node_key) as node_key,
         min(d.model_key) as model_key,
-        coalesce(max(s.xid_error), 0) <> 0 as unhealthy,
+        -- Three yes/no questions about the sample's series in one aggregate (each aggregate is a state per
+        -- GPU sample, tens of millions at fleet scale): 1, a series read an XID error (any value but 0); and
+        -- what decides the mode (read for GPUs that ever show a MIG instance only, below): 2, a series of a
+        -- MIG instance; 4, a GPU-level series showing what only a whole GPU shows (GPU_UTIL, a pod).
+        bit_or(
+            (coalesce(s.xid_error, 0) <> 0)::utinyint
+            | ((d.gpu_i_id is not null)::utinyint << 1)
+            | ((d.gpu_i_id is null and (s.gpu_util_pct is not null or d.pod is not null))::utinyint << 2)
+        ) as flags,
         -- Energy is a GPU-level counter: vgpu copies repeat it, MIG instances may lack it.
         max(s.energy_mj) filter (where d.gpu_i_id is null) as energy_mj,
-        any_value(d.gpu_shows_instances) as gpu_shows_instances,
-        -- What decides the mode (read for GPUs that ever show a MIG instance only, below).
-        bool_or(d.gpu_i_id is not null) as shows_instances,
-        bool_or(d.gpu_i_id is null and (s.gpu_util_pct is not null or d.pod is not null)) as shows_whole,
         max(s.fb_used_mib) filter (where d.gpu_i_id is null) as gpu_fb_used_mib,
         -- The GPU as a device: at a sample where it is not MIG-partitioned every series of it is its own, so
         -- these are its device sample's (vgpu copies collapse: the largest value, R6), and its holders are
@@ -25,11 +31,14 @@ with gpu_readings as (
         max(d.holder_key) as last_holder
     from stg_dcgm_samples as s
     join stg_dcgm_series as d on d.series_key = s.series_key
-    group by d.gpu_key, s.ts_ms
+    group by d.gpu_key, s.ts_ms, d.gpu_shows_instances
 ),
 stepped as (
     select
-        *,
+        * exclude (flags),
+        flags & 1 <> 0 as unhealthy,
+        flags & 2 <> 0 as shows_instances,
+        flags & 4 <> 0 as shows_whole,
         energy_mj - lag(energy_mj ignore nulls) over by_time as energy_step_mj,
         lag(ts_ms) over by_time as prev_ts_ms
     from gpu_readings

@@ -6,7 +6,8 @@ with instance_samples as (
     select
         d.device_key,
         s.ts_ms,
-        any_value(d.gpu_key) as gpu_key,
+        -- The instance's GPU (stg_dcgm_series): grouped by, so that it costs no aggregate state.
+        d.gpu_key,
         min(d.model_key) as model_key,
         min(d.profile_key) as profile_key,
         max(s.gr_engine_active) as gr_engine_active,
@@ -18,7 +19,7 @@ with instance_samples as (
     from stg_dcgm_samples as s
     join stg_dcgm_series as d on d.series_key = s.series_key
     where s.in_day and d.gpu_i_id is not null
-    group by d.device_key, s.ts_ms
+    group by d.device_key, s.ts_ms, d.gpu_key
 )
 select
     i.device_key,
