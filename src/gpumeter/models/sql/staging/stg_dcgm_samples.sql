@@ -9,6 +9,8 @@ with pivoted as (
         max(clean_value) filter (where metric = 'DCGM_FI_DEV_FB_USED') as fb_used_mib,
         max(clean_value) filter (where metric = 'DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION') as energy_mj,
         max(clean_value) filter (where metric = 'DCGM_FI_DEV_XID_ERRORS') as xid_error,
+        -- Read for the copies below only: nothing reads a sample's power, and a stored column costs at every
+        -- size (the day's largest table).
         max(clean_value) filter (where metric = 'DCGM_FI_DEV_POWER_USAGE') as power_w,
         count(clean_value) filter (where value_read) as read_values
     from stg_dcgm_judged
@@ -24,7 +26,6 @@ select
     fb_used_mib,
     energy_mj,
     xid_error,
-    power_w,
     -- R1: some metric was read more than once for this sample (each metric read gives one value above).
     read_values > (gr_engine_active is not null)::int + (gpu_util_pct is not null)::int
         + (fb_used_mib is not null)::int + (energy_mj is not null)::int + (xid_error is not null)::int
