@@ -1,4 +1,4 @@
-"""A PromQL matrix answer read as the pull reads it: every series' samples parsed at once (one Arrow cast) where
+"""A PromQL matrix answer read as the pull reads it: every series' samples parsed at once (Arrow's CSV reader, one number a line) where
 the answer is in the compact layout every PromQL server writes, sample by sample where it is not, with the
 same numbers either way; labels decoded once per label set. Truth is written out by hand."""
 
@@ -67,6 +67,8 @@ def test_only_the_half_open_window_is_kept() -> None:
         (COMPACT.replace(b'"+Inf"', b"7"), 'a sample is not [seconds, "value"]'),  # a bare number value
         (COMPACT.replace(b'"0.1"', b'"0.1","2"'), 'a sample is not [seconds, "value"]'),  # three fields
         (COMPACT.replace(b'"0.1"', b'"zero"'), 'a sample is not [seconds, "value"]'),
+        # an empty value is an empty line for the CSV reader, which skips it: the count tells, not a null
+        (COMPACT.replace(b'"0.1"', b'""'), 'a sample is not [seconds, "value"]'),
         (COMPACT.replace(b'"__name__":"DCGM_FI_DEV_GPU_UTIL","UUID":"GPU-3"', b'"UUID":"GPU-3"'), "__name__"),
         (COMPACT.replace(b'"UUID":"GPU-3"', b'"UUID":3'), "labels"),
     ],
