@@ -32,12 +32,17 @@ pieces as (
         least(s.last_ms, g.to_ms) as to_ms
     from spans as s
     join segments as g on g.scrape_target = s.scrape_target and s.ts_ms <= g.to_ms and s.last_ms >= g.from_ms
+),
+starts as materialized (
+    -- Materialized, so that each piece meets its first scrape, then its last: left to itself, the planner
+    -- can join the two scrape lookups to each other first, every scrape of a target with every other one.
+    select p.*, a.scrape_index as from_index
+    from pieces as p
+    join stg_kube_target_scrapes as a on a.scrape_target = p.scrape_target and a.ts_ms = p.from_ms
 )
 select
-    p.*,
-    a.scrape_index as from_index,
+    s.*,
     b.scrape_index as to_index,
     holds_until(b.ts_ms, b.next_scrape_ms) as until_ms
-from pieces as p
-join stg_kube_target_scrapes as a on a.scrape_target = p.scrape_target and a.ts_ms = p.from_ms
-join stg_kube_target_scrapes as b on b.scrape_target = p.scrape_target and b.ts_ms = p.to_ms
+from starts as s
+join stg_kube_target_scrapes as b on b.scrape_target = s.scrape_target and b.ts_ms = s.to_ms
