@@ -1,6 +1,6 @@
-"""A PromQL matrix answer read as the pull reads it: every series' samples parsed at once (Arrow's CSV reader, one number a line) where
-the answer is in the compact layout every PromQL server writes, sample by sample where it is not, with the
-same numbers either way; labels decoded once per label set. Truth is written out by hand."""
+"""A PromQL matrix answer read as the pull reads it: every series' samples parsed at once (Arrow's CSV reader, one
+number a line) where the answer is in the compact layout every PromQL server writes, sample by sample where it is
+not, with the same numbers either way; labels decoded once per label set. Truth is written out by hand."""
 
 from __future__ import annotations
 
