@@ -27,7 +27,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from gpumeter.ingest.schema import RAW_KUBE_SCHEMA, RAW_KUBE_SPANS_SCHEMA, RAW_TABLES
-from gpumeter.storage.files import PARQUET_WRITE_OPTIONS
+from gpumeter.storage.files import parquet_write_options
 
 # The raw tables as the pull stores them: the kube samples as spans.
 STORED_RAW_TABLES = {**RAW_TABLES, "raw_kube_samples": RAW_KUBE_SPANS_SCHEMA}
@@ -444,7 +444,9 @@ def convert_files(rows: list[Path], into: Path, memory_limit: str, scratch: Path
         spans = staging.spans_of(rows)
         into.parent.mkdir(parents=True, exist_ok=True)
         temp = into.with_name(into.name + ".tmp")
-        pq.write_table(spans.cast(RAW_KUBE_SPANS_SCHEMA), temp, **PARQUET_WRITE_OPTIONS)
+        pq.write_table(
+            spans.cast(RAW_KUBE_SPANS_SCHEMA), temp, **parquet_write_options(RAW_KUBE_SPANS_SCHEMA)
+        )
         temp.replace(into)
         return int(samples), spans.num_rows
     finally:

@@ -10,11 +10,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from gpumeter.storage.files import (
-    PARQUET_WRITE_OPTIONS,
     _install,
     _sweep_stale_temps,
     _temp_beside,
     _write_error,
+    parquet_write_options,
 )
 
 
@@ -50,7 +50,7 @@ class StagedDay:
             self._writers[table] = pq.ParquetWriter(
                 self._temps[table],
                 schema,
-                **PARQUET_WRITE_OPTIONS,
+                **parquet_write_options(schema),
                 # Row groups are skipped by time, never by a string: min/max of strings are not worth their cost.
                 write_statistics=[f.name for f in schema if not _is_string(f.type)],
                 # The file's Arrow schema would name the dictionaries: without it, readers see the strings.
