@@ -8,6 +8,8 @@ import hashlib
 import io
 import math
 import random
+import threading
+import time
 from collections.abc import Iterator
 from datetime import date
 from pathlib import Path
@@ -218,3 +220,70 @@ def test_a_failed_part_stops_the_parts_ahead() -> None:
                 pass
         latest = max(round(float(r["params"]["time"]) * 1000) for r in server.requests)
     assert latest <= D0 + 4 * 3_600_000, (latest - D0) / 3_600_000
+
+
+def test_a_failure_in_the_part_fetched_alongside_is_the_error_raised() -> None:
+    """Two parts are fetched at once. The first hour's query fails once (HTTP 503) and waits to be retried
+    while the second hour's queries are refused (HTTP 400): the pull raises the refusal, not the stop it
+    caused in the first hour, yields no part, and does not retry the first hour's query after the stop."""
+    refused = threading.Event()
+    first_hour = (D0, D0 + 3_600_000)
+
+    def respond(n: int, params: dict[str, str]) -> Reply:
+        at = round(float(params["time"]) * 1000)
+        if first_hour[0] < at <= first_hour[1]:
+            if UTIL in params["query"]:
+                return Reply(503, b'{"status":"error","errorType":"unavailable","error":"busy"}')
+            return Reply(200, matrix_body([]))
+        refused.set()
+        return Reply(400, b'{"status":"error","errorType":"bad_data","error":"no"}')
+
+    def backoff(_: float) -> None:
+        """The retry's backoff lasts until the second hour is refused, and a while for the refusal to be read."""
+        refused.wait(10)
+        time.sleep(1)
+
+    with FaultServer(respond) as server:
+        source = PrometheusRawSource(
+            PrometheusSource(url=server.url, retries=3, chunk_seconds=3600, max_concurrent_queries=4),
+            cluster="c1",
+            sleep=backoff,
+            dcgm_metrics=(UTIL, FB),
+            kube_metrics=(),
+        )
+        got = []
+        with pytest.raises(SourceError, match="HTTP 400"):
+            for part in source.fetch_day_parts("c1", DAY, 0):
+                got.append(part)
+        first_hour_util = [
+            r
+            for r in server.requests
+            if UTIL in r["params"]["query"]
+            and first_hour[0] < round(float(r["params"]["time"]) * 1000) <= first_hour[1]
+        ]
+    assert got == []
+    assert len(first_hour_util) == 1
+
+
+def test_parts_fetched_together_keep_to_max_concurrent_queries() -> None:
+    """The parts fetched at once share one pool of queries: the server never has more than
+    max_concurrent_queries requests of the pull at a time, and has that many while the day is fetched."""
+    lock = threading.Lock()
+    now, most = [0], [0]
+
+    def respond(n: int, params: dict[str, str]) -> Reply:
+        with lock:
+            now[0] += 1
+            most[0] = max(most[0], now[0])
+        time.sleep(0.02)
+        with lock:
+            now[0] -= 1
+        return Reply(200, matrix_body([]))
+
+    with FaultServer(respond) as server:
+        source = _source(server.url, chunk_seconds=1800, max_concurrent_queries=3)
+        parts = list(source.fetch_day_parts("c1", DAY, 0))
+        asked = len(server.requests)
+    assert len(parts) == 25  # 24 hours and the DRA objects
+    assert asked == 24 * 2 * 2  # two metrics, two windows an hour
+    assert most[0] == 3

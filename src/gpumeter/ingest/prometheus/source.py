@@ -12,9 +12,10 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
+from contextlib import contextmanager
 from datetime import UTC, date, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import pyarrow as pa
@@ -63,6 +64,13 @@ log = logging.getLogger(__name__)
 
 # The samples of one window: (a series' label set, its timestamps in ms, its values), per series answered.
 WindowSamples = list[tuple[LabelSet, np.ndarray, np.ndarray]]
+
+
+class Queries(NamedTuple):
+    """A fetch's query threads and the event that stops them (PrometheusRawSource._queries)."""
+
+    pool: ThreadPoolExecutor
+    stop: threading.Event
 
 
 class PrometheusRawSource:
@@ -160,54 +168,69 @@ class PrometheusRawSource:
         self._reset_counts()
         warned: set[tuple[str, str]] = set()
         parts = list(day_parts(start, end_ms, self.bucket_ms))
-        # Pipelined: while the caller writes part i, part i + 1's answers are made into tables and part
-        # i + 2's queries are in flight, so the server is not left idle while the client works. At most
-        # three parts are held. One thread fetches (one part's queries at a time, within
-        # max_concurrent_queries), another makes the tables.
-        fetcher = ThreadPoolExecutor(1, thread_name_prefix="gpumeter-prom-fetch")
+        # Pipelined: while the caller writes part i, part i + 1's answers are made into tables and the
+        # queries of parts i + 1 and i + 2 are in flight, so the server is not left idle while the client
+        # works. At most three parts are held. Two threads fetch (each a part's queries, all of them
+        # through the fetch's one pool of max_concurrent_queries threads: the next part's queries wait
+        # behind the last ones of the part before, and take each thread that part no longer needs);
+        # another makes the tables.
+        fetcher = ThreadPoolExecutor(2, thread_name_prefix="gpumeter-prom-fetch")
         maker = ThreadPoolExecutor(1, thread_name_prefix="gpumeter-prom-part")
         fetched: dict[int, Future[SeriesByLabels]] = {}
         made: dict[int, Future[tuple[pa.Table, pa.Table | KubeSeries]]] = {}
 
         failed = threading.Event()
+        with self._queries() as queries:
 
-        def fetch_part(i: int) -> SeriesByLabels:
-            if failed.is_set():  # a part before failed: its error is the pull's, nothing more is asked
-                raise PullAborted
+            def fetch_part(i: int) -> SeriesByLabels:
+                if failed.is_set():  # a part before failed: its error is the pull's, nothing more is asked
+                    raise PullAborted
+                try:
+                    return self._fetch_series(*parts[i], queries)
+                except BaseException:
+                    failed.set()
+                    raise
+
+            def fetch(i: int) -> None:
+                if i < len(parts):
+                    fetched[i] = fetcher.submit(fetch_part, i)
+
+            def make(i: int) -> None:
+                if i < len(parts):
+                    series = fetched.pop(i)
+                    made[i] = maker.submit(
+                        lambda: self._tables(cluster, series.result(), *parts[i], warned, pull_form)
+                    )
+
+            def failure(error: PullAborted) -> BaseException:
+                """The error of the part whose failure stopped this one (a part ahead, fetched meanwhile)."""
+                for future in fetched.values():
+                    cause = future.exception()
+                    if cause is not None and not isinstance(cause, PullAborted):
+                        return cause
+                return error
+
             try:
-                return self._fetch_series(*parts[i])
-            except BaseException:
-                failed.set()
-                raise
-
-        def fetch(i: int) -> None:
-            if i < len(parts):
-                fetched[i] = fetcher.submit(fetch_part, i)
-
-        def make(i: int) -> None:
-            if i < len(parts):
-                series = fetched.pop(i)
-                made[i] = maker.submit(
-                    lambda: self._tables(cluster, series.result(), *parts[i], warned, pull_form)
-                )
-
-        try:
-            fetch(0)
-            fetch(1)
-            make(0)
-            for i in range(len(parts)):
-                dcgm, kube = made.pop(i).result()
-                fetch(i + 2)
-                make(i + 1)
-                if isinstance(kube, KubeSeries):
-                    yield RawDay(dcgm, RAW_KUBE_SCHEMA.empty_table(), kube_series=kube)
-                else:
-                    yield RawDay(dcgm, kube)
-        finally:
-            if any(not f.done() for f in (*fetched.values(), *made.values())):
-                self.transport.abort()  # the caller stopped, or a part failed: the parts ahead are not wanted
-            maker.shutdown(wait=True, cancel_futures=True)
-            fetcher.shutdown(wait=True, cancel_futures=True)
+                fetch(0)
+                fetch(1)
+                make(0)
+                for i in range(len(parts)):
+                    try:
+                        dcgm, kube = made.pop(i).result()
+                    except PullAborted as exc:
+                        raise failure(exc) from None
+                    fetch(i + 2)
+                    make(i + 1)
+                    if isinstance(kube, KubeSeries):
+                        yield RawDay(dcgm, RAW_KUBE_SCHEMA.empty_table(), kube_series=kube)
+                    else:
+                        yield RawDay(dcgm, kube)
+            finally:
+                if any(not f.done() for f in (*fetched.values(), *made.values())):
+                    # The caller stopped, or a part failed: the parts ahead are not wanted.
+                    self.transport.abort()
+                maker.shutdown(wait=True, cancel_futures=True)
+                fetcher.shutdown(wait=True, cancel_futures=True)
         allocations, devices, snapshot = self._k8s_objects(cluster, start, end_ms)
         yield RawDay(
             RAW_DCGM_SCHEMA.empty_table(), RAW_KUBE_SCHEMA.empty_table(), allocations, devices, snapshot
@@ -216,9 +239,9 @@ class PrometheusRawSource:
     def fetch_window(self, cluster: str, start_ms: int, end_ms: int) -> RawDay:
         """Raw samples with start_ms <= ts < end_ms, plus the DRA objects of that window."""
         self._reset_counts()
-        dcgm, kube = self._tables(
-            cluster, self._fetch_series(start_ms, end_ms), start_ms, end_ms, set(), False
-        )
+        with self._queries() as queries:
+            series = self._fetch_series(start_ms, end_ms, queries)
+        dcgm, kube = self._tables(cluster, series, start_ms, end_ms, set(), False)
         allocations, devices, snapshot = self._k8s_objects(cluster, start_ms, end_ms)
         return RawDay(dcgm, kube, allocations, devices, snapshot)
 
@@ -229,19 +252,33 @@ class PrometheusRawSource:
         self.transport.reset_counts()
         self.samples_received = 0
 
-    def _fetch_series(self, start_ms: int, end_ms: int) -> SeriesByLabels:
+    @contextmanager
+    def _queries(self) -> Iterator[Queries]:
+        """One fetch's pool of `max_concurrent_queries` query threads, each with its own HTTP client, and
+        the event that, once set, stops them all (a query failed, or the caller stopped): every window
+        and part of a fetch shares them. The auth headers are read again for each fetch, so that a
+        rotated token is used."""
+        self.transport.load_headers()
+        with self.transport.pull() as stop:
+            pool = ThreadPoolExecutor(self.spec.max_concurrent_queries, thread_name_prefix="gpumeter-prom")
+            try:
+                yield Queries(pool, stop)
+            finally:
+                stop.set()
+                pool.shutdown(wait=True, cancel_futures=True)
+
+    def _fetch_series(self, start_ms: int, end_ms: int, queries: Queries) -> SeriesByLabels:
         """The answers for [start_ms, end_ms) by series, with the margins the replica dedupe needs.
 
         Replica dedupe decides a sample from the target's other replicas' scrapes within a few Δ of it
         (docs/prometheus.md, "HA pairs"), so where the window holds replica series, margins on both sides
         are fetched too: the rows of the window are then the whole stored stream's, whatever the window."""
-        self.transport.load_headers()
         metrics = [(m, "dcgm") for m in self.dcgm_metrics] + [(m, "kube") for m in self.kube_metrics]
         # R11 reads XID only as "some value != 0": its raw samples are fetched only in windows where an
         # aggregate says a series has one (docs/prometheus.md, "What is pushed down").
         screened = {DCGM_XID} & set(self.dcgm_metrics) if self.spec.pushdown else set()
         series: SeriesByLabels = {}
-        self._pull(series, [m for m, _ in metrics], screened, [(start_ms, end_ms)])
+        self._pull(series, [m for m, _ in metrics], screened, [(start_ms, end_ms)], queries)
         margin = 0
         while self.replicas.has_replicas(series.values()):
             need = self.replicas.margin_ms(series.values())
@@ -250,7 +287,7 @@ class PrometheusRawSource:
             # The margins carry no screened metric: its samples share the scrapes of the target's other
             # fields (dcgm-exporter stamps a scrape's fields alike), which are what the dedupe reads.
             unscreened = [m for m, _ in metrics if m not in screened]
-            self._pull(series, unscreened, set(), margins(start_ms, end_ms, margin, need))
+            self._pull(series, unscreened, set(), margins(start_ms, end_ms, margin, need), queries)
             margin = need
         return series
 
@@ -279,42 +316,40 @@ class PrometheusRawSource:
         return self.mapping.dcgm_table(cluster, dcgm_series, dictionary=pull_form), kube
 
     def _pull(
-        self, series: SeriesByLabels, metrics: Sequence[str], screened: set[str], spans: Sequence[Span]
+        self,
+        series: SeriesByLabels,
+        metrics: Sequence[str],
+        screened: set[str],
+        spans: Sequence[Span],
+        queries: Queries,
     ) -> None:
         """Raw samples of `metrics` in the half-open `spans`, each cut into `chunk_seconds` windows, queried
-        by a pool of `max_concurrent_queries` threads, added to `series` by label set. Each thread decodes
-        its own answer (the others' reads go on meanwhile). The first failure stops the pull: queued
-        queries are cancelled and running ones end before their next attempt (PullAborted), so a failing
-        server is not asked the rest of the day."""
+        by the fetch's pool of query threads, added to `series` by label set. Each thread decodes its own
+        answer (the others' reads go on meanwhile). The first failure stops the fetch: this pull's queued
+        queries are cancelled and every running query ends before its next attempt (PullAborted), so a
+        failing server is not asked the rest of the day."""
         tasks = [(metric, w0, w1) for metric in metrics for w0, w1 in chunks(spans, self.chunk_ms)]
-        with self.transport.pull() as stop:
-            if not tasks:
-                return
-            pool = ThreadPoolExecutor(self.spec.max_concurrent_queries, thread_name_prefix="gpumeter-prom")
-            try:
-                futures = [
-                    pool.submit(
-                        self._fetch_screened if metric in screened else self._fetch_window,
-                        metric,
-                        w0,
-                        w1,
-                        stop,
-                    )
-                    for metric, w0, w1 in tasks
-                ]
-                wait(futures, return_when=FIRST_EXCEPTION)
-                if any(f.done() and f.exception() is not None for f in futures):
-                    stop.set()
-                    pool.shutdown(wait=True, cancel_futures=True)
-                    errors = [f.exception() for f in futures if not f.cancelled() and f.exception()]
-                    # The failure itself, not a query that stopped because of it.
-                    raise next((e for e in errors if not isinstance(e, PullAborted)), errors[0])
-                for future in futures:
-                    for found, ts, values in future.result():
-                        append_series(series, found.labels, ts, values, found)
-            finally:
-                stop.set()
-                pool.shutdown(wait=True, cancel_futures=True)
+        if not tasks:
+            return
+        stop = queries.stop
+        futures = [
+            queries.pool.submit(
+                self._fetch_screened if metric in screened else self._fetch_window, metric, w0, w1, stop
+            )
+            for metric, w0, w1 in tasks
+        ]
+        wait(futures, return_when=FIRST_EXCEPTION)
+        if any(f.done() and f.exception() is not None for f in futures):
+            stop.set()
+            for future in futures:
+                future.cancel()
+            wait(futures)
+            errors = [f.exception() for f in futures if not f.cancelled() and f.exception()]
+            # The failure itself, not a query that stopped because of it.
+            raise next((e for e in errors if not isinstance(e, PullAborted)), errors[0])
+        for future in futures:
+            for found, ts, values in future.result():
+                append_series(series, found.labels, ts, values, found)
 
     def _fetch_window(
         self,
