@@ -239,7 +239,7 @@ def test_a_failure_in_the_part_fetched_alongside_is_the_error_raised() -> None:
         return Reply(400, b'{"status":"error","errorType":"bad_data","error":"no"}')
 
     def backoff(_: float) -> None:
-        """The retry's backoff lasts until the second hour is refused, and a while for the refusal to be read."""
+        """The retry's backoff: until the second hour is refused, and a while for the refusal to be read."""
         refused.wait(10)
         time.sleep(1)
 
