@@ -32,8 +32,8 @@ def parquet_write_options(schema: pa.Schema) -> dict[str, object]:
     (floats) and times (int64 ms) are written plain: they seldom repeat within a page, so a dictionary of
     them is built only to be dropped again (the larger part of a raw day's write), and where it is kept the
     file is larger and reads no faster."""
-    plain = {f.name for f in schema if pa.types.is_floating(f.type) or pa.types.is_int64(f.type)}
-    return {**PARQUET_WRITE_OPTIONS, "use_dictionary": [f.name for f in schema if f.name not in plain]}
+    labels = [f.name for f in schema if not (pa.types.is_floating(f.type) or pa.types.is_int64(f.type))]
+    return {**PARQUET_WRITE_OPTIONS, "use_dictionary": labels}
 
 
 class WarehouseError(RuntimeError):

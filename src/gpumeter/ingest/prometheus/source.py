@@ -73,6 +73,11 @@ class Queries(NamedTuple):
     stop: threading.Event
 
 
+def _cause(errors: Iterable[BaseException | None], otherwise: BaseException) -> BaseException:
+    """The failure itself among `errors`, not a query or part that stopped because of it (PullAborted)."""
+    return next((e for e in errors if e is not None and not isinstance(e, PullAborted)), otherwise)
+
+
 class PrometheusRawSource:
     """A `RawSource` reading raw samples from a PromQL HTTP API (docs/prometheus.md).
 
@@ -202,14 +207,6 @@ class PrometheusRawSource:
                         lambda: self._tables(cluster, series.result(), *parts[i], warned, pull_form)
                     )
 
-            def failure(error: PullAborted) -> BaseException:
-                """The error of the part whose failure stopped this one (a part ahead, fetched meanwhile)."""
-                for future in fetched.values():
-                    cause = future.exception()
-                    if cause is not None and not isinstance(cause, PullAborted):
-                        return cause
-                return error
-
             try:
                 fetch(0)
                 fetch(1)
@@ -218,7 +215,8 @@ class PrometheusRawSource:
                     try:
                         dcgm, kube = made.pop(i).result()
                     except PullAborted as exc:
-                        raise failure(exc) from None
+                        # Stopped by the failure of a part ahead, fetched meanwhile: that failure.
+                        raise _cause((f.exception() for f in fetched.values()), exc) from None
                     fetch(i + 2)
                     make(i + 1)
                     if isinstance(kube, KubeSeries):
@@ -345,8 +343,7 @@ class PrometheusRawSource:
                 future.cancel()
             wait(futures)
             errors = [f.exception() for f in futures if not f.cancelled() and f.exception()]
-            # The failure itself, not a query that stopped because of it.
-            raise next((e for e in errors if not isinstance(e, PullAborted)), errors[0])
+            raise _cause(errors, errors[0])
         for future in futures:
             for found, ts, values in future.result():
                 append_series(series, found.labels, ts, values, found)
