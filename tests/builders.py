@@ -8,13 +8,15 @@ day, index `samples_per_day` is exactly the next midnight (R2).
     f.sample("GPU-1", 0, util=50, pod=("ns-a", "p1", "main"))
     raw = f.build()
 
-A sample with no metric value given still needs one row to exist: it is written as a `DCGM_FI_DEV_GPU_TEMP`
-reading, a metric the accounting does not read.
+A sample with no metric value given still needs one row to exist, of a field that makes an observation (R4):
+it is written as a `DCGM_FI_DEV_GPU_UTIL` reading of NaN, a sample whose value the accounting ignores (and
+reports as `non_finite_value`).
 """
 
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -31,7 +33,6 @@ from gpumeter.ingest.schema import (
     DCGM_FB_USED,
     DCGM_GPU_UTIL,
     DCGM_GR_ENGINE_ACTIVE,
-    DCGM_TEMP,
     DCGM_XID,
     RAW_DCGM_SCHEMA,
     RAW_DRA_ALLOCATIONS_SCHEMA,
@@ -121,7 +122,7 @@ class FactoryBuilder:
             DCGM_FB_USED: fb,
         }
         given = {metric: value for metric, value in values.items() if value is not None}
-        for metric, value in (given or {DCGM_TEMP: 40.0}).items():
+        for metric, value in (given or {DCGM_GPU_UTIL: math.nan}).items():
             self._dcgm.append({**labels, "metric": metric, "value": float(value)})
         return self
 

@@ -14,6 +14,7 @@ import pytest
 from bench import fleet, sorted_pivot
 from bench.pandas_meter import cost_by_namespace
 from gpumeter.ingest.contract import day_bounds_ms
+from gpumeter.ingest.schema import DCGM_TEMP
 from gpumeter.models.project import load_models
 from gpumeter_sim.promserver import binaries_available
 from tests.builders import FactoryBuilder
@@ -47,7 +48,7 @@ def test_the_sorted_pivot_makes_one_row_per_series_sample_with_its_readings(tmp_
     b = FactoryBuilder("c1", DAY).gpu("n1", "GPU-a", H100).gpu("n1", "GPU-b", H100)
     b.samples("GPU-a", [0, 1], gr=0.5, util=40)  # 2 samples x 2 rows
     b.sample("GPU-a", 2, gr=0.25).sample("GPU-a", 2, gr=0.75)  # a copy of one reading: the larger is kept
-    b.sample("GPU-b", 0)  # no reading: one GPU_TEMP row
+    b.dcgm_row(b.ts(0), DCGM_TEMP, 40.0, hostname="n1", uuid="GPU-b", model_name=H100)  # a field never read
     raw = tmp_path / "dcgm.parquet"
     pq.write_table(b.build().dcgm, raw)
     out = tmp_path / "sorted.parquet"

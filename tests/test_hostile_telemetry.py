@@ -126,13 +126,38 @@ def test_values_that_would_overflow_the_decimal_sums_are_ignored() -> None:
     assert reasons(out) == {"implausible_value": 2}
 
 
-def test_a_metric_the_accounting_does_not_read_is_never_judged() -> None:
-    """A NaN temperature still proves the series was scraped: the GPU is observed (R4), nothing quarantined."""
+def test_a_metric_the_accounting_does_not_read_is_never_judged_and_observes_nothing() -> None:
+    """R4, our reading: a GPU is observed at a scrape with a reading the accounting uses. A NaN temperature is
+    never judged (nothing quarantined) and, like a power reading, does not make the GPU observed: the
+    Prometheus source does not even pull those fields, so both sources must agree. A NaN utilization does
+    make it observed (a sample without a value, reported)."""
     f = factory().gpu("n1", "GPU-1", H100)
     f.dcgm_row(f.ts(0), DCGM_TEMP, math.nan, hostname="n1", uuid="GPU-1", model_name=H100)
+    f.dcgm_row(f.ts(0), DCGM_POWER, 300.0, hostname="n1", uuid="GPU-1", model_name=H100)
+    f.dcgm_row(f.ts(1), DCGM_GPU_UTIL, math.nan, hostname="n1", uuid="GPU-1", model_name=H100)
     out = meter(f)
-    assert quality(out)["observed_gpu_seconds"] == 60
-    assert reasons(out) == {}
+    assert quality(out)["observed_gpu_seconds"] == 60  # index 1 only
+    assert reasons(out) == {"non_finite_value": 1}
+
+
+def test_an_xid_reading_alone_observes_nothing_but_tells_the_health_of_a_gpu_observed_then() -> None:
+    """R4/R11, our reading: an XID reading is a property of a scrape that carries the GPU's readings. Alone at
+    a time when no series of the GPU is observed it makes no GPU-second (XID 0 is not even pulled from
+    Prometheus, so counting it would make the sources disagree). Where the GPU is observed then through
+    another series, the XID makes that sample unhealthy.
+    GPU-1: index 0 XID 79 alone (nothing), index 1 util 50 (allocated_active, 60 s).
+    GPU-2: index 0 util 50 on one series and XID 79 alone on a second (another pod's labels): unhealthy 60 s;
+    that pod is no holder, P1 holds it alone."""
+    f = factory().gpu("n1", "GPU-1", H100).gpu("n1", "GPU-2", H100, index="1")
+    f.dcgm_row(f.ts(0), DCGM_XID, 79.0, hostname="n1", uuid="GPU-1", model_name=H100)
+    f.sample("GPU-1", 1, util=50, pod=P1)
+    f.sample("GPU-2", 0, util=50, pod=P1)
+    f.sample("GPU-2", 0, xid=79, pod=P2)
+    out = meter(f)
+    assert quality(out)["observed_gpu_seconds"] == 120
+    assert categories(out, "n1") == {"allocated_active": D(60), "unhealthy": D(60)}
+    assert holder(out, "p1", device_id="GPU-2")["reserved_cost"] == D("0.06")  # one sample, alone
+    assert [r for r in out["mart_device_seconds"].to_pylist() if r["pod"] == "p2"] == []
 
 
 def test_energy_counter_resets_nan_and_negative_readings() -> None:

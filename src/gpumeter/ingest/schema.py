@@ -176,7 +176,8 @@ DCGM_TEMP = "DCGM_FI_DEV_GPU_TEMP"
 
 # The fields the accounting reads, and so the ones the Prometheus source pulls (R10, R11). TEMP, FB_FREE
 # and POWER are not read by any model: not pulled (docs/prometheus.md, "What is pushed down"). R4 reading
-# (docs/accounting.md): a GPU is observed at a scrape that carries one of these fields.
+# (docs/rules.md): a GPU is observed at a scrape that carries one of these fields but XID
+# (stg_dcgm_judged.observes); an XID reading tells the health of a GPU observed then.
 DCGM_METRICS = (
     DCGM_GPU_UTIL,
     DCGM_GR_ENGINE_ACTIVE,

@@ -3,21 +3,26 @@
 -- then is (R1, R5, R10, R11). By integer keys only (GPU, node, model, device: stg_dcgm_series): the readers
 -- that show names join them to what they have summed, not to each of the day's GPU samples.
 with gpu_readings as (
+    -- A scrape of a series with nothing but an XID (or power) reading is not a sample of it (R4,
+    -- stg_dcgm_samples.observed): it tells the GPU's health only, where another series observes the GPU then;
+    -- the node, model and holders are those of the series observed.
     select
         d.gpu_key,
         s.ts_ms,
         -- A property of the GPU (stg_dcgm_series): grouped by, so that it costs no aggregate state.
         d.gpu_shows_instances,
-        min(d.node_key) as node_key,
-        min(d.model_key) as model_key,
-        -- Three yes/no questions about the sample's series in one aggregate (each aggregate is a state per
-        -- GPU sample, tens of millions at fleet scale): 1, a series read an XID error (any value but 0); and
-        -- what decides the mode (read for GPUs that ever show a MIG instance only, below): 2, a series of a
-        -- MIG instance; 4, a GPU-level series showing what only a whole GPU shows (GPU_UTIL, a pod).
+        min(case when s.observed then d.node_key end) as node_key,
+        min(case when s.observed then d.model_key end) as model_key,
+        -- Four yes/no questions about the sample's series in one aggregate (each aggregate is a state per
+        -- GPU sample, tens of millions at fleet scale): 1, a series read an XID error (any value but 0); 8, a
+        -- series is observed (else this is no sample of the GPU); and what decides the mode (read for GPUs
+        -- that ever show a MIG instance only, below): 2, an observed series of a MIG instance; 4, an observed
+        -- GPU-level series showing what only a whole GPU shows (GPU_UTIL, a pod).
         bit_or(
             (coalesce(s.xid_error, 0) <> 0)::utinyint
-            | ((d.gpu_i_id is not null)::utinyint << 1)
-            | ((d.gpu_i_id is null and (s.gpu_util_pct is not null or d.pod is not null))::utinyint << 2)
+            | ((s.observed and d.gpu_i_id is not null)::utinyint << 1)
+            | ((s.observed and d.gpu_i_id is null and (s.gpu_util_pct is not null or d.pod is not null))::utinyint << 2)
+            | (s.observed::utinyint << 3)
         ) as flags,
         -- Energy is a GPU-level counter: vgpu copies repeat it, MIG instances may lack it.
         max(s.energy_mj) filter (where d.gpu_i_id is null) as energy_mj,
@@ -27,8 +32,8 @@ with gpu_readings as (
         -- the pods its series name (R5): the one, where there is one.
         max(s.gr_engine_active) as gr_engine_active,
         max(s.gpu_util_pct) as gpu_util_pct,
-        min(d.holder_key) as first_holder,
-        max(d.holder_key) as last_holder
+        min(case when s.observed then d.holder_key end) as first_holder,
+        max(case when s.observed then d.holder_key end) as last_holder
     from stg_dcgm_samples as s
     join stg_dcgm_series as d on d.series_key = s.series_key
     group by d.gpu_key, s.ts_ms, d.gpu_shows_instances
@@ -42,6 +47,7 @@ stepped as (
         energy_mj - lag(energy_mj ignore nulls) over by_time as energy_step_mj,
         lag(ts_ms) over by_time as prev_ts_ms
     from gpu_readings
+    where flags & 8 <> 0
     window by_time as (partition by gpu_key order by ts_ms)
 ),
 runs as (

@@ -19,7 +19,7 @@ series_holders as (
         where holder_key is not null and device_key in (select device_key from shared_samples)
     ) as d on d.series_key = s.series_key
     semi join shared_samples as m on m.device_key = d.device_key and m.ts_ms = s.ts_ms
-    where s.in_day
+    where s.in_day and s.observed
     union all
     -- A KAI reservation pod alone on a device sample: its group's Running pods hold it.
     select g.ts_ms, g.device_key, g.holder_key

@@ -18,7 +18,8 @@ with instance_samples as (
         max(d.holder_key) as last_holder
     from stg_dcgm_samples as s
     join stg_dcgm_series as d on d.series_key = s.series_key
-    where s.in_day and d.gpu_i_id is not null
+    -- A scrape of the instance with nothing but an XID or power reading is no sample of it (R4).
+    where s.in_day and s.observed and d.gpu_i_id is not null
     group by d.device_key, s.ts_ms, d.gpu_key
 )
 select

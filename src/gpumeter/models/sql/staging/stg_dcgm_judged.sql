@@ -18,7 +18,15 @@ with read_rows as (
             'DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION',
             'DCGM_FI_DEV_XID_ERRORS',
             'DCGM_FI_DEV_POWER_USAGE'
-        ) as value_read
+        ) as value_read,
+        -- `observes`: a row of this metric makes its series observed at its time (R4, our reading: a reading
+        -- the accounting uses; an XID or power reading alone does not make one, nor does a field not read).
+        metric in (
+            'DCGM_FI_PROF_GR_ENGINE_ACTIVE',
+            'DCGM_FI_DEV_GPU_UTIL',
+            'DCGM_FI_DEV_FB_USED',
+            'DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION'
+        ) as observes
     from raw_dcgm_samples
 )
 -- Each judgement column is its own expression, none built on another: DuckDB inlines a view's columns, so a

@@ -2,7 +2,7 @@
 -- clamped, deduplicated or merged.
 with read_values as not materialized (
     -- The rows whose value stg_dcgm_samples reads, at the value it takes.
-    select * exclude (series_key, value_read, dropped, quarantined, reason), series_key
+    select * exclude (series_key, value_read, observes, dropped, quarantined, reason), series_key
     from stg_dcgm_judged
     where not dropped and clean_value is not null and value_read
 ),
@@ -40,7 +40,7 @@ shared_uuids as materialized (
     select d.cluster, d.uuid, s.ts_ms, min(d.node) as billed_node
     from stg_dcgm_samples as s
     join stg_dcgm_series as d using (series_key)
-    where d.uuid in (
+    where s.observed and d.uuid in (
         select uuid from stg_dcgm_series
         group by uuid
         having min(coalesce(node, chr(0))) <> max(coalesce(node, chr(0)))
@@ -50,7 +50,7 @@ shared_uuids as materialized (
     having min(coalesce(d.node, chr(0))) <> max(coalesce(d.node, chr(0)))
 )
 select
-    * exclude (series_key, value_read, dropped, quarantined, reason, clean_value),
+    * exclude (series_key, value_read, observes, dropped, quarantined, reason, clean_value),
     reason,
     case
         when dropped then 'dropped'
@@ -70,7 +70,7 @@ from extra_copies
 where copy_number > 1
 union all
 select
-    k.* exclude (series_key, value_read, dropped, quarantined, reason, clean_value),
+    k.* exclude (series_key, value_read, observes, dropped, quarantined, reason, clean_value),
     'uuid_on_several_nodes' as reason,
     'merged' as action,
     k.clean_value

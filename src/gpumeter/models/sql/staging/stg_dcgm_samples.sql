@@ -1,5 +1,5 @@
--- One row per DCGM series × timestamp of the day and its lookback (R1): the metrics of one scrape pivoted onto
--- one row, hostile values judged (stg_dcgm_judged).
+-- One row per DCGM series × timestamp of the day and its lookback with a reading of a field the accounting reads
+-- (R1, R4): the metrics of one scrape pivoted onto one row, hostile values judged (stg_dcgm_judged).
 with pivoted as (
     select
         series_key,
@@ -12,15 +12,22 @@ with pivoted as (
         -- Read for the copies below only: nothing reads a sample's power, and a stored column costs at every
         -- size (the day's largest table).
         max(clean_value) filter (where metric = 'DCGM_FI_DEV_POWER_USAGE') as power_w,
-        count(clean_value) filter (where value_read) as read_values
+        count(clean_value) as read_values,
+        -- R4 (our reading, docs/rules.md): the series is observed at this time only with a reading the
+        -- accounting uses, whatever its value (a NaN utilization is a sample without a value). An XID or power
+        -- reading alone is not a sample: the XID still tells the health of its GPU, wherever another series
+        -- of the GPU is observed then (int_gpu_samples).
+        bool_or(observes) as observed
     from stg_dcgm_judged
-    where not dropped
+    -- Rows of fields never read (GPU_TEMP, FB_FREE) tell nothing: the Prometheus source does not pull them.
+    where not dropped and value_read
     group by series_key, ts_ms
 )
 select
     series_key,
     ts_ms,
     within_day(ts_ms) as in_day,
+    observed,
     gr_engine_active,
     gpu_util_pct,
     fb_used_mib,
