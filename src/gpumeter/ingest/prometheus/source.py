@@ -120,7 +120,13 @@ class PrometheusRawSource:
         self.selector = spec.selector or ""
         self.replica_labels = tuple(spec.replica_labels)
         self.mapping = SeriesMapping(cluster_label, self.replica_labels)
-        self.replicas = ReplicaDedupe(self.replica_labels, cluster_label, self.scrape_interval_ms, self.url)
+        self.replicas = ReplicaDedupe(
+            self.replica_labels,
+            cluster_label,
+            self.scrape_interval_ms,
+            self.url,
+            frozenset(self.dcgm_metrics),
+        )
         self.samples_received = 0
         self._count_lock = threading.Lock()
 

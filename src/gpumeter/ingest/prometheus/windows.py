@@ -12,6 +12,11 @@
   one GPU at one scrape always come from one scraper's scrape. The rule looks at most a few Δ away, so a
   window is deduped exactly by fetching a margin of a few Δ around it: the parts of a day yield exactly the
   day's rows, and a day exactly the whole stream's.
+- One GPU scraped by two targets (dcgm-exporter in two scrape jobs, say): the same rule, with the targets
+  taken like replicas, per GPU. Series of a GPU (cluster, host, UUID) that come from more than one target
+  are one GPU seen by several scrapers: every scrape of the first target in name order is kept, a later
+  target's scrape only where it fills a gap. A GPU whose exporter moved to a new target (a restarted pod's
+  new `instance`) keeps both targets' scrapes, which do not overlap.
 """
 
 from __future__ import annotations
@@ -21,11 +26,18 @@ import logging
 from collections import defaultdict
 from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import TypeVar
 
 import numpy as np
 
-from gpumeter.ingest.prometheus.answers import TARGET_LABELS, Series, SeriesByLabels, append_series
+from gpumeter.ingest.prometheus.answers import (
+    DCGM_LABEL_COLUMNS,
+    TARGET_LABELS,
+    Series,
+    SeriesByLabels,
+    append_series,
+)
 from gpumeter.ingest.prometheus.transport import TooLarge
 
 log = logging.getLogger(__name__)
@@ -74,6 +86,12 @@ def split_when_too_large(
 
 Target = tuple[str, ...]
 Replica = tuple[str, ...]
+Gpu = tuple[str, ...]  # (cluster, host, UUID)
+# What the dedupe decides together: an HA target's series (0, its target), or a GPU's series from several
+# targets (1, the GPU).
+Group = tuple[int, tuple[str, ...]]
+_HOST_LABELS = dict(DCGM_LABEL_COLUMNS)["hostname"]
+_UUID_LABELS = dict(DCGM_LABEL_COLUMNS)["uuid"]
 
 
 @dataclass(frozen=True)
@@ -81,14 +99,20 @@ class ReplicaDedupe:
     """The union of HA replicas' scrapes, one sample per scrape (R1; see the module docstring).
 
     `scrape_interval_ms` is the cluster's Δ (`Config.scrape_interval_of`): two replicas' samples of one target
-    less than Δ/2 apart are one scrape. `url` names the server in warnings."""
+    less than Δ/2 apart are one scrape. `url` names the server in warnings. `gpu_metrics` are the DCGM
+    metrics: a GPU whose series of them come from several targets is deduped across those targets too."""
 
     replica_labels: tuple[str, ...]
     cluster_label: str
     scrape_interval_ms: int
     url: str
-    # Label set (a Series' key) -> its replica: each label set's is worked out once per source.
+    gpu_metrics: frozenset[str] = frozenset()
+    # Label set (a Series' key) -> its replica, and its GPU and target: each label set's are worked out once
+    # per source.
     _replicas: dict[Hashable, Replica | None] = field(default_factory=dict, compare=False, repr=False)
+    _gpu_targets: dict[Hashable, tuple[Gpu, Target] | None] = field(
+        default_factory=dict, compare=False, repr=False
+    )
 
     def replica_of(self, labels: dict[str, str]) -> Replica | None:
         if labels.keys().isdisjoint(self.replica_labels):
@@ -104,8 +128,50 @@ class ReplicaDedupe:
             replica = self._replicas[series.key] = self.replica_of(series.labels)
             return replica
 
+    def _gpu_target(self, series: Series) -> tuple[Gpu, Target] | None:
+        """The GPU a series of a DCGM metric reports on (cluster, host, UUID) and its scrape target; None
+        for any other series, or one with no UUID. Worked out once per label set."""
+        try:
+            return self._gpu_targets[series.key]
+        except KeyError:
+            labels = series.labels
+            found = None
+            uuid = next((labels[n] for n in _UUID_LABELS if labels.get(n)), None)
+            if uuid is not None and labels.get("__name__") in self.gpu_metrics:
+                host = next((labels[n] for n in _HOST_LABELS if labels.get(n)), "")
+                found = ((labels.get(self.cluster_label, ""), host, uuid), self.target_of(labels))
+            self._gpu_targets[series.key] = found
+            return found
+
+    def shared_gpus(self, series: Iterable[Series]) -> dict[Gpu, set[Target]]:
+        """The GPUs whose series come from more than one scrape target, with those targets."""
+        if not self.gpu_metrics:
+            return {}
+        targets: dict[Gpu, set[Target]] = defaultdict(set)
+        for s in series:
+            found = self._gpu_target(s)
+            if found is not None:
+                targets[found[0]].add(found[1])
+        return {gpu: seen for gpu, seen in targets.items() if len(seen) > 1}
+
+    def _group(self, series: Series, shared: dict[Gpu, set[Target]]) -> tuple[Group, Replica] | None:
+        """What a series is deduped with, and as which replica; None for a series that is not deduped. A GPU
+        seen from several targets is one group whose replicas are its (target, replica) pairs."""
+        replica = self._replica(series) if self.replica_labels else None
+        if shared:
+            found = self._gpu_target(series)
+            if found is not None and found[0] in shared:
+                return (1, found[0]), (*found[1][1:], *(replica or ()))
+        if replica is None:
+            return None
+        return (0, self.target_of(series.labels)), replica
+
     def has_replicas(self, series: Iterable[Series]) -> bool:
-        return bool(self.replica_labels) and any(self._replica(s) for s in series)
+        """Whether any series is deduped with others (HA replicas, or a GPU seen from several targets)."""
+        series = list(series)
+        if self.replica_labels and any(self._replica(s) for s in series):
+            return True
+        return bool(self.shared_gpus(series))
 
     def target_of(self, labels: dict[str, str]) -> Target:
         """The scrape target of a series: (cluster, job, instance). A series without either (federated, or
@@ -121,19 +187,21 @@ class ReplicaDedupe:
         namespace = labels.get("__name__", "").split("_", 1)[0]
         return (target[0], "", "", f"exporter={namespace}")
 
-    def _replicas_per_target(self, series: Iterable[Series]) -> dict[Target, set[Replica]]:
-        out: dict[Target, set[Replica]] = defaultdict(set)
+    def _replicas_per_group(self, series: Iterable[Series]) -> dict[Group, set[Replica]]:
+        series = list(series)
+        shared = self.shared_gpus(series)
+        out: dict[Group, set[Replica]] = defaultdict(set)
         for s in series:
-            replica = self._replica(s)
-            if replica is not None:
-                out[self.target_of(s.labels)].add(replica)
+            found = self._group(s, shared)
+            if found is not None:
+                out[found[0]].add(found[1])
         return out
 
     def margin_ms(self, series: Iterable[Series]) -> int:
-        """How far beyond a window the dedupe of its samples looks: the n-th replica of a target (0-based)
+        """How far beyond a window the dedupe of its samples looks: the n-th replica of a group (0-based)
         is decided from the kept scrapes within Δ/2 of it, which were decided from within Δ/2 of them...:
         n × Δ/2. At least Δ (two or three replicas)."""
-        most = max((len(r) for r in self._replicas_per_target(series).values()), default=1)
+        most = max((len(r) for r in self._replicas_per_group(series).values()), default=1)
         return max(self.scrape_interval_ms, (most - 1) * (self.scrape_interval_ms // 2))
 
     def dedupe(
@@ -163,14 +231,15 @@ class ReplicaDedupe:
             if len(ts):
                 append_series(out, labels, ts, values)
 
-        by_target: dict[Target, dict[Replica, list[Series]]] = defaultdict(lambda: defaultdict(list))
-        single: list[Series] = []  # the series of no replica, in the window
+        shared = self.shared_gpus(series)
+        by_group: dict[Group, dict[Replica, list[Series]]] = defaultdict(lambda: defaultdict(list))
+        single: list[Series] = []  # the series deduped with no other, in the window
         for s in series:
-            replica = self._replica(s) if self.replica_labels else None
-            if replica is None:
+            found = self._group(s, shared)
+            if found is None:
                 single.append(Series(s.labels, [_joined(s.ts)], [_joined(s.values)], s.key))
             else:
-                by_target[self.target_of(s.labels)][replica].append(s)
+                by_group[found[0]][found[1]].append(s)
         if single and not window(np.concatenate([s.ts[0] for s in single])).all():  # margins: cut them off
             cut = []
             for s in single:
@@ -178,22 +247,25 @@ class ReplicaDedupe:
                 if keep.any():
                     cut.append(Series(s.labels, [s.ts[0][keep]], [s.values[0][keep]], s.key))
             single = cut
-        if not by_target:  # `series` has one entry per label set: nothing to merge
+        if not by_group:  # `series` has one entry per label set: nothing to merge
             return single
         for s in single:
             add(s.labels, s.ts[0], s.values[0])
         half = self.scrape_interval_ms // 2
-        for target, replicas in sorted(by_target.items()):
-            kept = np.empty(0, np.int64)  # the target's kept scrapes so far, sorted
+        overlapping: list[Gpu] = []  # GPUs with a scrape by two targets at once
+        for (kind, key), replicas in sorted(by_group.items()):
+            kept = np.empty(0, np.int64)  # the group's kept scrapes so far, sorted
             for replica in sorted(replicas):
                 members = [(s, _joined(s.ts), _joined(s.values)) for s in replicas[replica]]
                 scrapes = np.unique(np.concatenate([ts for _, ts, _ in members]))
-                if len(replicas) > 1:
-                    self._warn_interval(target, replica, scrapes, warned)
+                if len(replicas) > 1 and kind == 0:
+                    self._warn_interval(key, replica, scrapes, warned)
                 if len(kept):
                     # A kept scrape k covers [k - Δ/2, k + Δ/2): k in [t - Δ/2, t + Δ/2) covers t.
                     lo = np.searchsorted(kept, scrapes - half, side="left")
                     hi = np.searchsorted(kept, scrapes + half, side="left")
+                    if kind == 1 and (lo != hi).any() and key not in overlapping:
+                        overlapping.append(key)
                     scrapes = scrapes[lo == hi]
                 kept = np.union1d(kept, scrapes)
                 for s, ts, values in members:
@@ -202,7 +274,34 @@ class ReplicaDedupe:
                     keep[keep] = scrapes[at[keep]] == ts[keep]
                     labels = {k: v for k, v in s.labels.items() if k not in self.replica_labels}
                     add(labels, ts[keep], values[keep])
+        if overlapping:
+            self._warn_shared(overlapping, shared, (start_ms, end_ms), warned)
         return [Series(s.labels, [_joined(s.ts)], [_joined(s.values)], s.key) for s in out.values()]
+
+    def _warn_shared(
+        self, gpus: list[Gpu], shared: dict[Gpu, set[Target]], span: Span, warned: set[tuple[str, str]]
+    ) -> None:
+        """GPUs scraped by two targets at once: a scrape configuration that would bill them twice. Said once
+        per pull, with one of them as the example."""
+        if ("shared", "") in warned:
+            return
+        warned.add(("shared", ""))
+        cluster, host, uuid = min(gpus)
+        # As the kube table's `target` column writes a target: <job>/<instance>.
+        targets = ", ".join(sorted(f"{t[2]}/{t[1]}" if any(t[1:3]) else t[3] for t in shared[min(gpus)]))
+        start, end = (datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%d %H:%M") for ms in span)
+        log.warning(
+            "Prometheus %s: %d GPU(s) are scraped by more than one target at the same time between %s and %s "
+            "UTC (e.g. %s on %s: %s); each scrape is counted once, the first target's where both have it. "
+            "Scrape each dcgm-exporter in one job.",
+            self.url,
+            len(gpus),
+            start,
+            end,
+            uuid,
+            host or "an unnamed node",
+            targets,
+        )
 
     def _warn_interval(
         self, target: Target, replica: Replica, scrapes: np.ndarray, warned: set[tuple[str, str]]

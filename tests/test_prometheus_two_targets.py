@@ -1,0 +1,239 @@
+"""One GPU scraped by two targets at once (dcgm-exporter in two scrape jobs: the GPU operator's ServiceMonitor
+and a pod-annotation job, say), against a REAL Prometheus on 127.0.0.1 (backfilled with promtool). Prometheus
+keeps them as two series per metric that differ only in `job`/`instance`, stamped a fraction of Δ apart; read
+as they come, the GPU would have two samples per scrape and be billed twice. The pull counts each scrape once,
+as for HA replicas: the first target's scrape, another's only where it fills a gap. A GPU whose exporter moved
+to a new target (a restarted pod's new IP) keeps both targets' scrapes, which do not overlap.
+
+Every fixture is built scrape by scrape: scrape k of a target is at D0 + k·Δ + its offset, unless the target is
+down then. The truth of each test is computed from that construction, never by running the source.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import date
+from decimal import Decimal
+from typing import Any
+
+import pytest
+from prometheus_fixtures import Sample, needs_prometheus, sample, serve_samples
+
+from gpumeter.config import PrometheusSource
+from gpumeter.ingest.contract import concat_parts, day_bounds_ms
+from gpumeter.ingest.prometheus import PrometheusRawSource
+from gpumeter.models.runner import meter_day
+from gpumeter_sim.promserver import PrometheusServer
+from tests.test_rules import H100, make_config
+
+pytestmark = needs_prometheus
+
+DAY = date(2026, 11, 1)
+D0, D1 = day_bounds_ms(DAY)
+DELTA = 30_000  # Δ, scrape_interval_seconds = 30
+HOUR = 3_600_000
+SCRAPES_PER_DAY = 86_400_000 // DELTA  # 2,880
+FIRST_K, LAST_K = -10, SCRAPES_PER_DAY + 10  # scrapes from 23:55 the day before to 00:05 the day after
+NOON_K = 12 * HOUR // DELTA
+UTIL, FB = "DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_FB_USED"
+
+
+def at(hh: int, mm: int = 0, ss: int = 0) -> int:
+    return D0 + hh * HOUR + mm * 60_000 + ss * 1000
+
+
+@dataclass(frozen=True)
+class Target:
+    job: str
+    instance: str
+    offset_ms: int
+    ks: range = range(FIRST_K, LAST_K + 1)  # the scrapes it exists for
+    down: tuple[int, int] | None = None  # [from, to) of its own timestamps
+    replica: str | None = None  # its HA Prometheus replica, if it is scraped by an HA pair
+
+    def ts(self, k: int) -> int:
+        return D0 + k * DELTA + self.offset_ms
+
+    def recorded(self, k: int) -> bool:
+        return k in self.ks and not (self.down and self.down[0] <= self.ts(k) < self.down[1])
+
+
+# Cluster "twojobs", node n1: one exporter (GPU-1, GPU-2) scraped by two jobs, 10 s apart; each job is down
+# for an hour. In name order (instance, then job) "gpu-operator" is the first target.
+OPERATOR = Target("gpu-operator", "10.0.0.5:9400", 0, down=(at(10), at(11)))
+PODS = Target("kubernetes-pods", "10.0.0.5:9400", 10_000, down=(at(15), at(16)))
+# Cluster "moved", node n2: its exporter (GPU-3, GPU-4) restarted at noon with a new IP, stamped 7 s later.
+OLD = Target("gpu-operator", "10.0.0.7:9400", 0, ks=range(FIRST_K, NOON_K))
+NEW = Target("gpu-operator", "10.0.0.8:9400", 7_000, ks=range(NOON_K, LAST_K + 1))
+# Cluster "twojobsha", node n3: the two jobs of n1, each scraped by an HA pair of Prometheus replicas (a and b,
+# 2 s apart), four streams in name order; each is down for a while.
+HA = (
+    Target("gpu-operator", "10.0.0.6:9400", 0, down=(at(10), at(11)), replica="a"),
+    Target("gpu-operator", "10.0.0.6:9400", 2_000, down=(at(10, 30), at(12)), replica="b"),
+    Target("kubernetes-pods", "10.0.0.6:9400", 10_000, down=(at(15), at(16)), replica="a"),
+    Target("kubernetes-pods", "10.0.0.6:9400", 12_000, down=(at(11, 45), at(11, 50)), replica="b"),
+)
+CLUSTERS: dict[str, tuple[str, tuple[str, ...], tuple[Target, ...]]] = {
+    "twojobs": ("n1", ("GPU-1", "GPU-2"), (OPERATOR, PODS)),
+    "moved": ("n2", ("GPU-3", "GPU-4"), (OLD, NEW)),
+    "twojobsha": ("n3", ("GPU-5", "GPU-6"), HA),
+}
+# GPU-1 is held by a pod of team-a (namespace ns-a in tests.test_rules' tenants).
+HOLDER = {"GPU-1": {"namespace": "ns-a", "pod": "p1", "container": "main"}}
+
+
+def _value(k: int, target: int) -> float:
+    return k + 0.25 * target  # tells which target's sample was kept
+
+
+def _samples() -> list[Sample]:
+    out = []
+    for cluster, (node, gpus, targets) in CLUSTERS.items():
+        for i, target in enumerate(targets):
+            for gpu in gpus:
+                labels = {
+                    "cluster": cluster,
+                    "job": target.job,
+                    "instance": target.instance,
+                    "Hostname": node,
+                    "UUID": gpu,
+                    "gpu": gpu[-1],
+                    "modelName": H100,
+                    **HOLDER.get(gpu, {}),
+                    **({"prometheus_replica": target.replica} if target.replica else {}),
+                }
+                for metric in (UTIL, FB):
+                    out += [
+                        sample(metric, labels, _value(k, i), target.ts(k))
+                        for k in range(FIRST_K, LAST_K + 1)
+                        if target.recorded(k)
+                    ]
+    return out
+
+
+def expected(cluster: str) -> list[tuple[int, float]]:
+    """The truth for each series of a GPU of `cluster`: every scrape k some target recorded, once, from the
+    first target in name order that recorded it, at its timestamp; those of the day."""
+    targets = CLUSTERS[cluster][2]
+    out = []
+    for k in range(FIRST_K, LAST_K + 1):
+        first = next((i for i, t in enumerate(targets) if t.recorded(k)), None)
+        if first is not None and D0 <= targets[first].ts(k) < D1:
+            out.append((targets[first].ts(k), _value(k, first)))
+    return out
+
+
+@pytest.fixture(scope="module")
+def prom(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PrometheusServer]:
+    with serve_samples(_samples(), tmp_path_factory.mktemp("prom-two-targets")) as server:
+        yield server
+
+
+def source(url: str, cluster: str, **spec: Any) -> PrometheusRawSource:
+    return PrometheusRawSource(
+        PrometheusSource(url=url, selector=f'cluster="{cluster}"', **spec),
+        cluster,
+        dcgm_metrics=(UTIL, FB),
+        kube_metrics=(),
+        scrape_interval_seconds=DELTA / 1000,
+        backoff_seconds=0.01,
+    )
+
+
+def by_series(dcgm: Any) -> dict[tuple[str, str], list[tuple[int, float]]]:
+    out: dict[tuple[str, str], list[tuple[int, float]]] = {}
+    for row in dcgm.to_pylist():
+        out.setdefault((row["metric"], row["uuid"]), []).append((row["ts_ms"], row["value"]))
+    return {key: sorted(values) for key, values in out.items()}
+
+
+def test_a_gpu_scraped_by_two_jobs_counts_each_scrape_once(
+    prom: PrometheusServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level(logging.WARNING, logger="gpumeter.ingest.prometheus.windows"):
+        raw = source(prom.url, "twojobs").fetch_day("twojobs", DAY, 0)
+    got = by_series(raw.dcgm)
+    # By hand: both jobs scrape every 30 s, 10 s apart, and each misses the 120 scrapes of its hour down.
+    # Read as they come that is 2,760 + 2,760 samples a day per series. Once per scrape: 2,880, the operator
+    # job's except the 120 of 10:00-11:00, when only the pod job has them (at hh:mm:10 and :40).
+    for gpu in ("GPU-1", "GPU-2"):
+        for metric in (UTIL, FB):
+            ts = [t for t, _ in got[(metric, gpu)]]
+            assert len(ts) == SCRAPES_PER_DAY == 2_880
+            from_pods = [t for t in ts if (t - D0) % DELTA == 10_000]
+            assert from_pods == list(range(at(10, 0, 10), at(11), DELTA)) and len(from_pods) == 120
+            assert got[(metric, gpu)] == expected("twojobs")
+    # Said once, naming a GPU and both targets.
+    said = [r.getMessage() for r in caplog.records if "more than one target" in r.getMessage()]
+    assert len(said) == 1
+    assert "2 GPU(s)" in said[0] and "GPU-1 on n1" in said[0]
+    assert "gpu-operator/10.0.0.5:9400, kubernetes-pods/10.0.0.5:9400" in said[0]
+
+
+def test_two_jobs_each_scraped_by_an_ha_pair_count_each_scrape_once(prom: PrometheusServer) -> None:
+    got = by_series(source(prom.url, "twojobsha").fetch_day("twojobsha", DAY, 0).dcgm)
+    # By hand: four streams of one GPU (two jobs × two replicas, at +0, +2, +10 and +12 s). Each scrape once,
+    # from the first stream that has it: the operator job's replica a, but 10:00-10:30 its replica b
+    # (+2 s, 60 scrapes), 10:30-11:00 the pod job's replica a (+10 s, 60), 11:00-12:00 operator a again.
+    for gpu in ("GPU-5", "GPU-6"):
+        ts = [t for t, _ in got[(UTIL, gpu)]]
+        assert len(ts) == 2_880
+        assert Counter((t - D0) % DELTA for t in ts) == {0: 2_760, 2_000: 60, 10_000: 60}
+        assert got[(UTIL, gpu)] == got[(FB, gpu)] == expected("twojobsha")
+
+
+def test_an_exporter_that_moved_to_a_new_target_keeps_both_targets_scrapes(
+    prom: PrometheusServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level(logging.WARNING, logger="gpumeter.ingest.prometheus.windows"):
+        raw = source(prom.url, "moved").fetch_day("moved", DAY, 0)
+    got = by_series(raw.dcgm)
+    # By hand: 1,440 scrapes before noon from the old IP (at :00 and :30), 1,440 from noon from the new one
+    # (at :07 and :37): 2,880, none dropped, nothing said.
+    for gpu in ("GPU-3", "GPU-4"):
+        ts = [t for t, _ in got[(UTIL, gpu)]]
+        assert len(ts) == 2_880
+        assert Counter((t - D0) % DELTA for t in ts) == {0: 1_440, 7_000: 1_440}
+        assert got[(UTIL, gpu)] == got[(FB, gpu)] == expected("moved")
+    assert not [r for r in caplog.records if "more than one target" in r.getMessage()]
+
+
+@pytest.mark.parametrize("bucket_seconds", [3_600, 1_800])
+def test_the_day_in_parts_holds_exactly_the_rows_of_the_whole_day(
+    prom: PrometheusServer, bucket_seconds: int
+) -> None:
+    for cluster in CLUSTERS:
+        lookback_ms = 300_000
+        spec = {"dedupe_bucket_seconds": bucket_seconds}
+        whole = source(prom.url, cluster, **spec).fetch_day(cluster, DAY, lookback_ms)
+        together = concat_parts(source(prom.url, cluster, **spec).fetch_day_parts(cluster, DAY, lookback_ms))
+        assert sorted(together.dcgm.to_pylist(), key=str) == sorted(whole.dcgm.to_pylist(), key=str)
+        # The lookback's 10 scrapes (5 minutes) before the day are pulled too: 2,890 per series.
+        targets = CLUSTERS[cluster][2]
+        assert [t for t, _ in by_series(whole.dcgm)[(UTIL, CLUSTERS[cluster][1][0])]] == sorted(
+            next(t.ts(k) for t in targets if t.recorded(k)) for k in range(FIRST_K, SCRAPES_PER_DAY)
+        )
+
+
+def test_a_gpu_scraped_by_two_jobs_is_billed_for_one_day(prom: PrometheusServer) -> None:
+    """The money: metered, each GPU of the pool is observed 86,400 s of the day, not 172,800."""
+    for cluster in CLUSTERS:
+        raw = source(prom.url, cluster).fetch_day(cluster, DAY, 0)
+        config = make_config(
+            clusters=[{"name": cluster, "source": {"kind": "parquet", "path": "/nonexistent"}}],
+            scrape_interval_seconds=DELTA // 1000,
+        )
+        out = meter_day(raw, config, cluster, DAY)
+        pool = out["mart_pool_daily_cost"].to_pylist()
+        # By hand: two H100s at 3.60 per GPU-hour for 24 hours: 172,800 GPU-seconds, 172.80.
+        assert sum(Decimal(r["gpu_samples"]) for r in pool) == 2 * SCRAPES_PER_DAY
+        assert sum(Decimal(str(r["observed_gpu_seconds"])) for r in pool) == 172_800
+        assert sum(Decimal(str(r["pool_cost"])) for r in pool) == Decimal("172.80")
+        if cluster == "twojobs":
+            held = [r for r in out["mart_device_seconds"].to_pylist() if r["uuid"] == "GPU-1" and r["pod"]]
+            assert [(r["tenant"], r["pod"], Decimal(str(r["device_seconds"]))) for r in held] == [
+                ("team-a", "p1", Decimal(86_400))
+            ]
