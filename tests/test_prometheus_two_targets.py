@@ -2,8 +2,10 @@
 and a pod-annotation job, say), against a REAL Prometheus on 127.0.0.1 (backfilled with promtool). Prometheus
 keeps them as two series per metric that differ only in `job`/`instance`, stamped a fraction of Δ apart; read
 as they come, the GPU would have two samples per scrape and be billed twice. The pull counts each scrape once,
-as for HA replicas: the first target's scrape, another's only where it fills a gap. A GPU whose exporter moved
-to a new target (a restarted pod's new IP) keeps both targets' scrapes, which do not overlap.
+as for HA replicas: the first target's scrape, another's only where it fills a gap. The same holds for a GPU
+read both with and without a replica label (a querier deduplicating some stores only), and for two jobs each
+scraped by an HA pair. A GPU whose exporter moved to a new target (a restarted pod's new IP) keeps both
+targets' scrapes, which do not overlap.
 
 Every fixture is built scrape by scrape: scrape k of a target is at D0 + k·Δ + its offset, unless the target is
 down then. The truth of each test is computed from that construction, never by running the source.
@@ -76,10 +78,19 @@ HA = (
     Target("kubernetes-pods", "10.0.0.6:9400", 10_000, down=(at(15), at(16)), replica="a"),
     Target("kubernetes-pods", "10.0.0.6:9400", 12_000, down=(at(11, 45), at(11, 50)), replica="b"),
 )
+# Cluster "partial", node n4: one target read through a querier that deduplicates one store and not the
+# other: the GPU's series arrive without a replica label (stamped like replica a, missing 13:00-14:00) and
+# also with it (a at +0 s, down 10:00-11:00; b at +2 s). A series without the label comes first in name order.
+PARTIAL = (
+    Target("gpu-operator", "10.0.0.9:9400", 0, down=(at(13), at(14))),
+    Target("gpu-operator", "10.0.0.9:9400", 0, down=(at(10), at(11)), replica="a"),
+    Target("gpu-operator", "10.0.0.9:9400", 2_000, replica="b"),
+)
 CLUSTERS: dict[str, tuple[str, tuple[str, ...], tuple[Target, ...]]] = {
     "twojobs": ("n1", ("GPU-1", "GPU-2"), (OPERATOR, PODS)),
     "moved": ("n2", ("GPU-3", "GPU-4"), (OLD, NEW)),
     "twojobsha": ("n3", ("GPU-5", "GPU-6"), HA),
+    "partial": ("n4", ("GPU-7", "GPU-8"), PARTIAL),
 }
 # GPU-1 is held by a pod of team-a (namespace ns-a in tests.test_rules' tenants).
 HOLDER = {"GPU-1": {"namespace": "ns-a", "pod": "p1", "container": "main"}}
@@ -167,10 +178,13 @@ def test_a_gpu_scraped_by_two_jobs_counts_each_scrape_once(
             assert from_pods == list(range(at(10, 0, 10), at(11), DELTA)) and len(from_pods) == 120
             assert got[(metric, gpu)] == expected("twojobs")
     # Said once, naming a GPU and both targets.
-    said = [r.getMessage() for r in caplog.records if "more than one target" in r.getMessage()]
+    said = [r.getMessage() for r in caplog.records if "reported more than once" in r.getMessage()]
     assert len(said) == 1
     assert "2 GPU(s)" in said[0] and "GPU-1 on n1" in said[0]
-    assert "gpu-operator/10.0.0.5:9400, kubernetes-pods/10.0.0.5:9400" in said[0]
+    assert (
+        "gpu-operator/10.0.0.5:9400 (no replica label), kubernetes-pods/10.0.0.5:9400 (no replica label)"
+        in said[0]
+    )
 
 
 def test_two_jobs_each_scraped_by_an_ha_pair_count_each_scrape_once(prom: PrometheusServer) -> None:
@@ -183,6 +197,29 @@ def test_two_jobs_each_scraped_by_an_ha_pair_count_each_scrape_once(prom: Promet
         assert len(ts) == 2_880
         assert Counter((t - D0) % DELTA for t in ts) == {0: 2_760, 2_000: 60, 10_000: 60}
         assert got[(UTIL, gpu)] == got[(FB, gpu)] == expected("twojobsha")
+
+
+def test_a_gpu_reported_with_and_without_a_replica_label_counts_each_scrape_once(
+    prom: PrometheusServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level(logging.WARNING, logger="gpumeter.ingest.prometheus.windows"):
+        got = by_series(source(prom.url, "partial").fetch_day("partial", DAY, 0).dcgm)
+    # By hand: the series without a replica label has every scrape but the 120 of 13:00-14:00; those are
+    # replica a's (at :00 and :30, a is down 10:00-11:00 only). Replica b (+2 s) fills nothing. 2,880, where
+    # read as they come it would be 2,760 + 2,760 + 2,880.
+    for gpu in ("GPU-7", "GPU-8"):
+        ts = [t for t, _ in got[(UTIL, gpu)]]
+        assert len(ts) == 2_880 and Counter((t - D0) % DELTA for t in ts) == {0: 2_880}
+        assert got[(UTIL, gpu)] == got[(FB, gpu)] == expected("partial")
+        assert [v for t, v in got[(UTIL, gpu)] if at(13) <= t < at(14)] == [
+            _value(k, 1) for k in range(at(13) // DELTA - D0 // DELTA, at(14) // DELTA - D0 // DELTA)
+        ]
+    said = [r.getMessage() for r in caplog.records if "reported more than once" in r.getMessage()]
+    assert len(said) == 1 and "GPU-7 on n4" in said[0]
+    assert (
+        "gpu-operator/10.0.0.9:9400 (no replica label), gpu-operator/10.0.0.9:9400 (replica a), "
+        "gpu-operator/10.0.0.9:9400 (replica b)" in said[0]
+    )
 
 
 def test_an_exporter_that_moved_to_a_new_target_keeps_both_targets_scrapes(
@@ -198,7 +235,7 @@ def test_an_exporter_that_moved_to_a_new_target_keeps_both_targets_scrapes(
         assert len(ts) == 2_880
         assert Counter((t - D0) % DELTA for t in ts) == {0: 1_440, 7_000: 1_440}
         assert got[(UTIL, gpu)] == got[(FB, gpu)] == expected("moved")
-    assert not [r for r in caplog.records if "more than one target" in r.getMessage()]
+    assert not [r for r in caplog.records if "reported more than once" in r.getMessage()]
 
 
 @pytest.mark.parametrize("bucket_seconds", [3_600, 1_800])

@@ -12,10 +12,10 @@
   one GPU at one scrape always come from one scraper's scrape. The rule looks at most a few Δ away, so a
   window is deduped exactly by fetching a margin of a few Δ around it: the parts of a day yield exactly the
   day's rows, and a day exactly the whole stream's.
-- One GPU scraped by two targets (dcgm-exporter in two scrape jobs, say): the same rule, with the targets
-  taken like replicas, per GPU. Series of a GPU (cluster, host, UUID) that come from more than one target
-  are one GPU seen by several scrapers: every scrape of the first target in name order is kept, a later
-  target's scrape only where it fills a gap. A GPU whose exporter moved to a new target (a restarted pod's
+- One GPU scraped by two targets (dcgm-exporter in two scrape jobs, say), or reported by one target both with
+  and without a replica label (a querier that deduplicates some stores only): the same rule, per GPU, with
+  its streams (target, replica) taken like replicas. Every scrape of the first stream in name order is kept,
+  a later stream's only where it fills a gap. A GPU whose exporter moved to a new target (a restarted pod's
   new `instance`) keeps both targets' scrapes, which do not overlap.
 """
 
@@ -143,20 +143,31 @@ class ReplicaDedupe:
             self._gpu_targets[series.key] = found
             return found
 
-    def shared_gpus(self, series: Iterable[Series]) -> dict[Gpu, set[Target]]:
-        """The GPUs whose series come from more than one scrape target, with those targets."""
+    def shared_gpus(self, series: Iterable[Series]) -> dict[Gpu, set[tuple[Target, Replica]]]:
+        """The GPUs seen through more than one stream of scrapes that HA dedupe alone would not merge, with
+        their streams (target, replica; () for a series without a replica label): from more than one
+        target, or from one target both with and without a replica label (a querier that deduplicates some
+        stores and not others)."""
         if not self.gpu_metrics:
             return {}
-        targets: dict[Gpu, set[Target]] = defaultdict(set)
+        streams: dict[Gpu, set[tuple[Target, Replica]]] = defaultdict(set)
         for s in series:
             found = self._gpu_target(s)
             if found is not None:
-                targets[found[0]].add(found[1])
-        return {gpu: seen for gpu, seen in targets.items() if len(seen) > 1}
+                replica = self._replica(s) if self.replica_labels else None
+                streams[found[0]].add((found[1], replica or ()))
+        return {
+            gpu: seen
+            for gpu, seen in streams.items()
+            if len({t for t, _ in seen}) > 1 or len({bool(r) for _, r in seen}) > 1
+        }
 
-    def _group(self, series: Series, shared: dict[Gpu, set[Target]]) -> tuple[Group, Replica] | None:
-        """What a series is deduped with, and as which replica; None for a series that is not deduped. A GPU
-        seen from several targets is one group whose replicas are its (target, replica) pairs."""
+    def _group(
+        self, series: Series, shared: dict[Gpu, set[tuple[Target, Replica]]]
+    ) -> tuple[Group, Replica] | None:
+        """What a series is deduped with, and as which replica; None for a series that is not deduped. A
+        shared GPU (shared_gpus) is one group whose replicas are its streams: its target's job and instance,
+        then its replica labels' values, in name order (a series without a replica label first)."""
         replica = self._replica(series) if self.replica_labels else None
         if shared:
             found = self._gpu_target(series)
@@ -252,7 +263,7 @@ class ReplicaDedupe:
         for s in single:
             add(s.labels, s.ts[0], s.values[0])
         half = self.scrape_interval_ms // 2
-        overlapping: list[Gpu] = []  # GPUs with a scrape by two targets at once
+        overlapping: list[Gpu] = []  # shared GPUs with a scrape seen twice
         for (kind, key), replicas in sorted(by_group.items()):
             kept = np.empty(0, np.int64)  # the group's kept scrapes so far, sorted
             for replica in sorted(replicas):
@@ -279,28 +290,39 @@ class ReplicaDedupe:
         return [Series(s.labels, [_joined(s.ts)], [_joined(s.values)], s.key) for s in out.values()]
 
     def _warn_shared(
-        self, gpus: list[Gpu], shared: dict[Gpu, set[Target]], span: Span, warned: set[tuple[str, str]]
+        self,
+        gpus: list[Gpu],
+        shared: dict[Gpu, set[tuple[Target, Replica]]],
+        span: Span,
+        warned: set[tuple[str, str]],
     ) -> None:
-        """GPUs scraped by two targets at once: a scrape configuration that would bill them twice. Said once
-        per pull, with one of them as the example."""
+        """GPUs seen through two streams of scrapes at once (shared_gpus): a scrape or query configuration
+        that would bill them twice. Said once per pull, with one of them as the example."""
         if ("shared", "") in warned:
             return
         warned.add(("shared", ""))
         cluster, host, uuid = min(gpus)
-        # As the kube table's `target` column writes a target: <job>/<instance>.
-        targets = ", ".join(sorted(f"{t[2]}/{t[1]}" if any(t[1:3]) else t[3] for t in shared[min(gpus)]))
+
+        def stream(target: Target, replica: Replica) -> str:
+            # As the kube table's `target` column writes a target: <job>/<instance>.
+            name = f"{target[2]}/{target[1]}" if any(target[1:3]) else target[3]
+            labels = ",".join(v for v in replica if v)
+            return f"{name} ({'replica ' + labels if labels else 'no replica label'})"
+
+        streams = ", ".join(sorted(stream(t, r) for t, r in shared[min(gpus)]))
         start, end = (datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%d %H:%M") for ms in span)
         log.warning(
-            "Prometheus %s: %d GPU(s) are scraped by more than one target at the same time between %s and %s "
-            "UTC (e.g. %s on %s: %s); each scrape is counted once, the first target's where both have it. "
-            "Scrape each dcgm-exporter in one job.",
+            "Prometheus %s: %d GPU(s) are reported more than once at the same time between %s and %s UTC, "
+            "by two scrape targets or with and without a replica label (e.g. %s on %s: %s); each scrape is "
+            "counted once, the first one's where both have it. Scrape each dcgm-exporter in one job, and "
+            "query through one deduplicating querier.",
             self.url,
             len(gpus),
             start,
             end,
             uuid,
             host or "an unnamed node",
-            targets,
+            streams,
         )
 
     def _warn_interval(
