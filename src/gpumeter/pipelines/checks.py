@@ -52,7 +52,7 @@ CHECK_SPECS = [
     AssetCheckSpec(
         "coverage",
         asset="mart_data_quality",
-        description="Observed GPU-seconds against those kube-state-metrics expects.",
+        description="Observed GPU-seconds against those kube-state-metrics expects, each GPU once per scrape.",
     ),
     AssetCheckSpec(
         "unmapped_namespaces",
@@ -123,27 +123,37 @@ def no_overbooked_device(marts_by_cluster: dict[str, dict[str, pa.Table]]) -> As
 
 
 def coverage(marts_by_cluster: dict[str, dict[str, pa.Table]], config: Config) -> AssetCheckResult:
-    observed = expected = 0.0
+    """Fails (a warning) where too little of the expected GPU-seconds was observed, or where a GPU was
+    observed twice within one scrape interval: such samples are billed as they came (docs/rules.md, R1)."""
+    observed = expected = repeated = 0.0
     short_nodes = []
+    repeating_nodes = []
     for cluster, marts in marts_by_cluster.items():
         for row in marts["mart_data_quality"].to_pylist():
             observed += float(row["observed_gpu_seconds"])
             expected += float(row["expected_gpu_seconds"])
+            repeated += float(row["repeated_scrape_gpu_seconds"])
             if float(row["unobserved_gpu_seconds"]) > 0:
                 short_nodes.append(
                     f"{cluster}/{row['node']}: {float(row['unobserved_gpu_seconds']) / 3600:.2f} GPU-h"
                 )
+            if row["repeated_scrape_samples"]:
+                repeating_nodes.append(f"{cluster}/{row['node']}: {row['repeated_scrape_samples']} samples")
     ratio = observed / expected if expected else 1.0
     return AssetCheckResult(
         check_name="coverage",
         asset_key="mart_data_quality",
-        passed=ratio >= config.checks.min_coverage,
+        passed=ratio >= config.checks.min_coverage and not repeated,
         severity=AssetCheckSeverity.WARN,
         metadata={
             "coverage": MetadataValue.float(ratio),
             "observed_gpu_hours": observed / 3600,
             "expected_gpu_hours": expected / 3600,
             "unobserved": MetadataValue.json(short_nodes),
+            # GPU samples at most half a scrape interval after the GPU's previous one: a scrape delivered
+            # twice, or scrape_interval_seconds larger than the real scrape interval.
+            "repeated_scrape_gpu_hours": repeated / 3600,
+            "repeated_scrapes": MetadataValue.json(repeating_nodes),
         },
     )
 

@@ -140,7 +140,11 @@ select
     p.unschedulable,
     p.first_holder is not null as labelled,
     -- The only pod its series name at the sample; null where none or several do (int_keyed_device_holders).
-    case when p.first_holder = p.last_holder then p.first_holder end as holder_key
+    case when p.first_holder = p.last_holder then p.first_holder end as holder_key,
+    -- Its previous sample lies within Δ/2 (what the Prometheus pull takes for one scrape seen twice, R1): a
+    -- scrape delivered twice at an offset, or Δ larger than the scrape interval. Billed as it came, and
+    -- reported (mart_data_quality.repeated_scrape_samples).
+    coalesce(p.ts_ms - p.prev_ts_ms <= getvariable('scrape_s') * 500, false) as repeats_scrape
 from (
     select
         * exclude (energy_step_mj),

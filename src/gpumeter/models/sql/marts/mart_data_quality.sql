@@ -1,11 +1,12 @@
 -- One row per node of the day (null: rows without a Hostname label): coverage, observed against expected
--- GPU-seconds (R4), the over-booking figures the asset checks read, and the raw samples stg_dcgm_quarantine
--- set aside with the GPU-seconds at stake.
+-- GPU-seconds (R4), GPU samples that repeat a scrape, the over-booking figures the asset checks read, and the
+-- raw samples stg_dcgm_quarantine set aside with the GPU-seconds at stake.
 with observed as (
-    select n.node, o.observed_gpu_seconds, o.observed_gpus
+    select n.node, o.observed_gpu_seconds, o.observed_gpus, o.repeated_scrape_samples
     from (
         select node_key, count(*) * getvariable('scrape_s') as observed_gpu_seconds,
-               count(distinct gpu_key) as observed_gpus
+               count(distinct gpu_key) as observed_gpus,
+               count(*) filter (where repeats_scrape) as repeated_scrape_samples
         from int_gpu_samples
         group by node_key
     ) as o
@@ -165,6 +166,8 @@ select
     coalesce(qs.dropped_gpu_seconds, 0) as dropped_gpu_seconds,
     coalesce(qn.duplicate_samples, 0) as duplicate_samples,
     coalesce(cc.conflicting_copy_samples, 0) as conflicting_copy_samples,
+    coalesce(o.repeated_scrape_samples, 0) as repeated_scrape_samples,
+    coalesce(o.repeated_scrape_samples, 0) * getvariable('scrape_s') as repeated_scrape_gpu_seconds,
     coalesce(qn.quarantine_by_reason, '{}') as quarantine_by_reason
 from nodes as n
 left join observed as o on o.node is not distinct from n.node
