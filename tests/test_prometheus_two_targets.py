@@ -24,23 +24,20 @@ from typing import Any
 import pytest
 from prometheus_fixtures import Sample, needs_prometheus, sample, serve_samples
 
-from gpumeter.config import PrometheusSource
 from gpumeter.ingest.contract import concat_parts, day_bounds_ms
-from gpumeter.ingest.prometheus import PrometheusRawSource
 from gpumeter.models.runner import meter_day
 from gpumeter_sim.promserver import PrometheusServer
+from tests.test_prometheus_ha import DELTA, FB, UTIL, source
 from tests.test_rules import H100, make_config
 
 pytestmark = needs_prometheus
 
 DAY = date(2026, 11, 1)
 D0, D1 = day_bounds_ms(DAY)
-DELTA = 30_000  # Δ, scrape_interval_seconds = 30
 HOUR = 3_600_000
 SCRAPES_PER_DAY = 86_400_000 // DELTA  # 2,880
 FIRST_K, LAST_K = -10, SCRAPES_PER_DAY + 10  # scrapes from 23:55 the day before to 00:05 the day after
 NOON_K = 12 * HOUR // DELTA
-UTIL, FB = "DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_FB_USED"
 
 
 def at(hh: int, mm: int = 0, ss: int = 0) -> int:
@@ -143,17 +140,6 @@ def prom(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PrometheusServer]
         yield server
 
 
-def source(url: str, cluster: str, **spec: Any) -> PrometheusRawSource:
-    return PrometheusRawSource(
-        PrometheusSource(url=url, selector=f'cluster="{cluster}"', **spec),
-        cluster,
-        dcgm_metrics=(UTIL, FB),
-        kube_metrics=(),
-        scrape_interval_seconds=DELTA / 1000,
-        backoff_seconds=0.01,
-    )
-
-
 def by_series(dcgm: Any) -> dict[tuple[str, str], list[tuple[int, float]]]:
     out: dict[tuple[str, str], list[tuple[int, float]]] = {}
     for row in dcgm.to_pylist():
@@ -161,12 +147,20 @@ def by_series(dcgm: Any) -> dict[tuple[str, str], list[tuple[int, float]]]:
     return {key: sorted(values) for key, values in out.items()}
 
 
+def pulled(
+    prom: PrometheusServer, cluster: str, caplog: pytest.LogCaptureFixture
+) -> tuple[dict[tuple[str, str], list[tuple[int, float]]], list[str]]:
+    """The cluster's day pulled, by series, and what the pull said of GPUs reported more than once."""
+    with caplog.at_level(logging.WARNING, logger="gpumeter.ingest.prometheus.windows"):
+        raw = source(prom.url, cluster).fetch_day(cluster, DAY, 0)
+    said = [r.getMessage() for r in caplog.records if "reported more than once" in r.getMessage()]
+    return by_series(raw.dcgm), said
+
+
 def test_a_gpu_scraped_by_two_jobs_counts_each_scrape_once(
     prom: PrometheusServer, caplog: pytest.LogCaptureFixture
 ) -> None:
-    with caplog.at_level(logging.WARNING, logger="gpumeter.ingest.prometheus.windows"):
-        raw = source(prom.url, "twojobs").fetch_day("twojobs", DAY, 0)
-    got = by_series(raw.dcgm)
+    got, said = pulled(prom, "twojobs", caplog)
     # By hand: both jobs scrape every 30 s, 10 s apart, and each misses the 120 scrapes of its hour down.
     # Read as they come that is 2,760 + 2,760 samples a day per series. Once per scrape: 2,880, the operator
     # job's except the 120 of 10:00-11:00, when only the pod job has them (at hh:mm:10 and :40).
@@ -178,7 +172,6 @@ def test_a_gpu_scraped_by_two_jobs_counts_each_scrape_once(
             assert from_pods == list(range(at(10, 0, 10), at(11), DELTA)) and len(from_pods) == 120
             assert got[(metric, gpu)] == expected("twojobs")
     # Said once, naming a GPU and both targets.
-    said = [r.getMessage() for r in caplog.records if "reported more than once" in r.getMessage()]
     assert len(said) == 1
     assert "2 GPU(s)" in said[0] and "GPU-1 on n1" in said[0]
     assert (
@@ -202,8 +195,7 @@ def test_two_jobs_each_scraped_by_an_ha_pair_count_each_scrape_once(prom: Promet
 def test_a_gpu_reported_with_and_without_a_replica_label_counts_each_scrape_once(
     prom: PrometheusServer, caplog: pytest.LogCaptureFixture
 ) -> None:
-    with caplog.at_level(logging.WARNING, logger="gpumeter.ingest.prometheus.windows"):
-        got = by_series(source(prom.url, "partial").fetch_day("partial", DAY, 0).dcgm)
+    got, said = pulled(prom, "partial", caplog)
     # By hand: the series without a replica label has every scrape but the 120 of 13:00-14:00; those are
     # replica a's (at :00 and :30, a is down 10:00-11:00 only). Replica b (+2 s) fills nothing. 2,880, where
     # read as they come it would be 2,760 + 2,760 + 2,880.
@@ -214,7 +206,6 @@ def test_a_gpu_reported_with_and_without_a_replica_label_counts_each_scrape_once
         assert [v for t, v in got[(UTIL, gpu)] if at(13) <= t < at(14)] == [
             _value(k, 1) for k in range(at(13) // DELTA - D0 // DELTA, at(14) // DELTA - D0 // DELTA)
         ]
-    said = [r.getMessage() for r in caplog.records if "reported more than once" in r.getMessage()]
     assert len(said) == 1 and "GPU-7 on n4" in said[0]
     assert (
         "gpu-operator/10.0.0.9:9400 (no replica label), gpu-operator/10.0.0.9:9400 (replica a), "
@@ -225,9 +216,7 @@ def test_a_gpu_reported_with_and_without_a_replica_label_counts_each_scrape_once
 def test_an_exporter_that_moved_to_a_new_target_keeps_both_targets_scrapes(
     prom: PrometheusServer, caplog: pytest.LogCaptureFixture
 ) -> None:
-    with caplog.at_level(logging.WARNING, logger="gpumeter.ingest.prometheus.windows"):
-        raw = source(prom.url, "moved").fetch_day("moved", DAY, 0)
-    got = by_series(raw.dcgm)
+    got, said = pulled(prom, "moved", caplog)
     # By hand: 1,440 scrapes before noon from the old IP (at :00 and :30), 1,440 from noon from the new one
     # (at :07 and :37): 2,880, none dropped, nothing said.
     for gpu in ("GPU-3", "GPU-4"):
@@ -235,7 +224,7 @@ def test_an_exporter_that_moved_to_a_new_target_keeps_both_targets_scrapes(
         assert len(ts) == 2_880
         assert Counter((t - D0) % DELTA for t in ts) == {0: 1_440, 7_000: 1_440}
         assert got[(UTIL, gpu)] == got[(FB, gpu)] == expected("moved")
-    assert not [r for r in caplog.records if "reported more than once" in r.getMessage()]
+    assert not said
 
 
 @pytest.mark.parametrize("bucket_seconds", [3_600, 1_800])
