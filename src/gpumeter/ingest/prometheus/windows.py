@@ -87,8 +87,8 @@ def split_when_too_large(
 Target = tuple[str, ...]
 Replica = tuple[str, ...]
 Gpu = tuple[str, ...]  # (cluster, host, UUID)
-# What the dedupe decides together: an HA target's series (0, its target), or a GPU's series from several
-# targets (1, the GPU).
+# What the dedupe decides together: an HA target's series (0, its target), or a shared GPU's series (1, the
+# GPU: ReplicaDedupe.shared_gpus).
 Group = tuple[int, tuple[str, ...]]
 _HOST_LABELS = dict(DCGM_LABEL_COLUMNS)["hostname"]
 _UUID_LABELS = dict(DCGM_LABEL_COLUMNS)["uuid"]
@@ -100,7 +100,8 @@ class ReplicaDedupe:
 
     `scrape_interval_ms` is the cluster's Δ (`Config.scrape_interval_of`): two replicas' samples of one target
     less than Δ/2 apart are one scrape. `url` names the server in warnings. `gpu_metrics` are the DCGM
-    metrics: a GPU whose series of them come from several targets is deduped across those targets too."""
+    metrics: a GPU whose series of them come from several targets, or from one both with and without a
+    replica label, is deduped across those streams too (shared_gpus)."""
 
     replica_labels: tuple[str, ...]
     cluster_label: str
@@ -166,8 +167,8 @@ class ReplicaDedupe:
         self, series: Series, shared: dict[Gpu, set[tuple[Target, Replica]]]
     ) -> tuple[Group, Replica] | None:
         """What a series is deduped with, and as which replica; None for a series that is not deduped. A
-        shared GPU (shared_gpus) is one group whose replicas are its streams: its target's job and instance,
-        then its replica labels' values, in name order (a series without a replica label first)."""
+        shared GPU (shared_gpus) is one group whose replicas are its streams: its target (instance, job), then
+        its replica labels' values, in name order (a series without a replica label first)."""
         replica = self._replica(series) if self.replica_labels else None
         if shared:
             found = self._gpu_target(series)
@@ -178,7 +179,7 @@ class ReplicaDedupe:
         return (0, self.target_of(series.labels)), replica
 
     def has_replicas(self, series: Iterable[Series]) -> bool:
-        """Whether any series is deduped with others (HA replicas, or a GPU seen from several targets)."""
+        """Whether any series is deduped with others (HA replicas, or a shared GPU's streams)."""
         series = list(series)
         if self.replica_labels and any(self._replica(s) for s in series):
             return True
