@@ -674,8 +674,10 @@ def data_quality(ctx: Context) -> None:
         ("Coverage (observed ÷ expected)", f"{observed / expected:.1%}" if expected else "—"),
         ("Unobserved GPU-hours (not billed)", f"{quality['unobserved_gpu_hours'].sum():,.1f}"),
     ]
-    # Whatever quarantine columns the mart has (the pipeline may add more): numeric ones as figures.
-    for column in [c for c in quality.columns if "quarantin" in c.lower() and quality[c].dtype.is_numeric()]:
+    # Whatever reported columns the marts have (the pipeline may add more): numeric ones as figures.
+    for column in [
+        c for c in quality.columns if scoped.is_reported_figure(c) and quality[c].dtype.is_numeric()
+    ]:
         label = column.replace("_", " ").capitalize().replace("gpu seconds", "GPU-hours")
         scale = 3600 if column.endswith("_seconds") else 1
         figures.append((label, f"{float(quality[column].sum()) / scale:,.{1 if scale > 1 else 0}f}"))

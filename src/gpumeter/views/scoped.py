@@ -722,17 +722,18 @@ class Views:
     @_cached("data_quality")
     def data_quality(self, viewer: Viewer, filters: Filters) -> pl.DataFrame:
         """Per cluster and node: coverage (observed ÷ expected GPU-seconds, R4), unobserved GPU-hours,
-        unmapped namespaces (R7), and every quarantine column the mart has (`*quarantin*`), summed."""
+        unmapped namespaces (R7), and every reported figure the stored marts have (is_reported_figure),
+        summed."""
         self._require_all(viewer, "data quality")
         where = self._pool_where(filters)
         if "data_quality" not in self.tables:
             return pl.DataFrame()
         columns = self.con.execute("describe data_quality").fetchall()
-        quarantine = [(name, type_) for name, type_, *_ in columns if "quarantin" in name.lower()]
+        reported = [(name, type_) for name, type_, *_ in columns if is_reported_figure(name)]
         # Numbers add up over days; text (e.g. a JSON breakdown by reason) is listed per node, empty ones left out.
         extra = "".join(
             f', sum("{name}") as "{name}"' if _numeric(type_) else _text_list(name)
-            for name, type_ in quarantine
+            for name, type_ in reported
         )
         sql = f"""
             select cluster, node, count(distinct day) as days,
@@ -969,6 +970,14 @@ def _polars(table: pa.Table | None) -> pl.DataFrame:
 
 def _epoch_ms(day: date) -> int:
     return (day.toordinal() - date(1970, 1, 1).toordinal()) * 86_400_000
+
+
+def is_reported_figure(column: str) -> bool:
+    """A data_quality column the data-quality view sums per node and the page shows as a figure: the
+    quarantine's (`*quarantin*`) and the repeated scrapes' (`repeated_scrape_*`), whichever the stored marts
+    have (days metered by an older version lack the newer ones)."""
+    name = column.lower()
+    return "quarantin" in name or name.startswith("repeated_scrape")
 
 
 def _numeric(duckdb_type: str) -> bool:
