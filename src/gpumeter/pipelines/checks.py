@@ -124,7 +124,8 @@ def no_overbooked_device(marts_by_cluster: dict[str, dict[str, pa.Table]]) -> As
 
 def coverage(marts_by_cluster: dict[str, dict[str, pa.Table]], config: Config) -> AssetCheckResult:
     """Fails (a warning) where too little of the expected GPU-seconds was observed, or where a GPU was
-    observed twice within one scrape interval: such samples are billed as they came (docs/rules.md, R1)."""
+    observed again at most half a scrape interval after its previous sample: such samples are billed as they
+    came (docs/rules.md, R1)."""
     observed = expected = repeated = 0.0
     short_nodes = []
     repeating_nodes = []
