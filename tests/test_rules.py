@@ -162,19 +162,20 @@ def test_r1_a_gpu_sampled_twice_within_half_an_interval_is_billed_as_it_came_and
     f = factory().gpu("n1", "GPU-1", H100).gpu("n1", "GPU-2", H100, index="1")
     f.samples("GPU-1", range(4), util=50)
     f.samples("GPU-2", range(4), util=50)
-    # GPU-1 seen again 20 s after scrapes 1 and 2 (at most Δ/2 = 30 s after them), and 31 s after scrape 3
-    # (more than Δ/2: a sample of its own).
+    # GPU-1 seen again 20 s after scrape 1 and exactly Δ/2 = 30 s after scrape 2 (at most Δ/2: repeats; scrape
+    # 3 then follows that one by 30 s and repeats too), and 31 s after scrape 3 (more than Δ/2: its own).
     labels = {"hostname": "n1", "uuid": "GPU-1", "gpu": "0", "model_name": H100}
-    for ts in (f.ts(1) + 20_000, f.ts(2) + 20_000, f.ts(3) + 31_000):
+    for ts in (f.ts(1) + 20_000, f.ts(2) + 30_000, f.ts(3) + 31_000):
         f.dcgm_row(ts, DCGM_GPU_UTIL, 50.0, **labels)
     out = meter(f)
     quality = one(out, "mart_data_quality", node="n1")
-    # By hand: GPU-1 has 7 samples, 2 of them within 30 s of the one before; GPU-2 has 4, none. Billed: 11
-    # samples × 60 s = 660 GPU-seconds, 0.66 at 3.60 an hour.
-    assert (quality["repeated_scrape_samples"], quality["repeated_scrape_gpu_seconds"]) == (2, 120.0)
+    # By hand: GPU-1's samples at 0, 60, 80, 120, 150, 180 and 211 s: 80, 150 and 180 are at most 30 s after
+    # the one before (3 × 60 s at stake, an upper bound: 2 samples were extra); GPU-2 has 4, none. Billed as
+    # they came: 11 samples × 60 s = 660 GPU-seconds, 0.66 at 3.60 an hour.
+    assert (quality["repeated_scrape_samples"], quality["repeated_scrape_gpu_seconds"]) == (3, 180.0)
     assert quality["observed_gpu_seconds"] == 660.0 and pool_cost(out) == D("0.66")
     check = coverage({"c1": out}, make_config())
-    assert not check.passed and check.metadata["repeated_scrapes"].value == ["c1/n1: 2 samples"]
+    assert not check.passed and check.metadata["repeated_scrapes"].value == ["c1/n1: 3 samples"]
     # Without the repeats, nothing is reported and the check passes (every expected GPU-second observed).
     clean = meter(factory().gpu("n1", "GPU-1", H100).samples("GPU-1", range(4), util=50))
     assert one(clean, "mart_data_quality", node="n1")["repeated_scrape_samples"] == 0
