@@ -661,6 +661,24 @@ def test_r11_free_gpus_unallocated_or_unschedulable() -> None:
     assert categories(out, "n-full") == {"unschedulable": D(120)}
 
 
+def test_r11_a_node_reported_by_two_kube_state_metrics_targets_is_unschedulable_once() -> None:
+    """R11 with kube-state-metrics scraped by two jobs (20 s and 13 s before the DCGM grid): target A says the
+    node is cordoned at scrapes 0-4, target B at scrapes 3-7. The node is unschedulable while either says so,
+    and each GPU sample counts once (their overlapping spans used to meet a sample twice and bill it twice)."""
+    f = factory().gpu("n1", "GPU-1", H100)
+    f.samples("GPU-1", range(10), util=0)
+    for k in range(-1, 10):
+        f.node_state("n1", k, cordoned=0 <= k <= 4, offset_ms=-20_000, target="ksm/10.0.0.1:8080")
+        f.node_state("n1", k, cordoned=3 <= k <= 7, offset_ms=-13_000, target="ksm-2/10.0.0.1:8080")
+    out = meter(f)
+    # By hand: A's cordon holds from 20 s before scrape 0 until A's scrape 5 (20 s before sample 5), B's from
+    # 13 s before sample 3 until 13 s before sample 8: samples 0-7 are unschedulable, 8 and 9 unallocated.
+    # 10 samples × 60 s at 3.60 an hour: 0.60 of pool cost.
+    assert categories(out, "n1") == {"unschedulable": D(480), "unallocated": D(120)}
+    pool = one(out, "mart_pool_daily_cost", node="n1")
+    assert (pool["gpu_samples"], pool["pool_cost"]) == (10, D("0.60"))
+
+
 def test_r11_xid_makes_a_gpu_unhealthy_held_or_free() -> None:
     """R11: a GPU reporting an XID error is unhealthy at that sample, held or free; a MIG GPU's XID (on its
     GPU-level series) makes its instances and its unpartitioned remainder unhealthy too."""

@@ -18,10 +18,17 @@ with flagged as (
 runs as (
     select
         *,
-        -- A new span starts where this sample's span does not begin exactly where the previous one ended.
-        sum(case when ts_ms = lag_until_ms then 0 else 1 end) over (partition by node order by ts_ms) as span
+        -- A new span starts where this sample's span begins after every earlier one of the node has ended.
+        -- One target's spans follow each other; two targets' (kube-state-metrics scraped by two jobs) overlap
+        -- and merge: the spans stay disjoint per node, so that a GPU sample meets at most one (int_gpu_samples).
+        sum(case when ts_ms <= earlier_until_ms then 0 else 1 end)
+            over (partition by node order by ts_ms, until_ms) as span
     from (
-        select *, lag(until_ms) over (partition by node order by ts_ms) as lag_until_ms
+        select
+            *,
+            max(until_ms) over (
+                partition by node order by ts_ms, until_ms rows between unbounded preceding and 1 preceding
+            ) as earlier_until_ms
         from flagged
         where unschedulable
     )
