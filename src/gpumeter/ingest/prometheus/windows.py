@@ -264,7 +264,7 @@ class ReplicaDedupe:
         for s in single:
             add(s.labels, s.ts[0], s.values[0])
         half = self.scrape_interval_ms // 2
-        overlapping: list[Gpu] = []  # shared GPUs with a scrape seen twice
+        overlapping: set[Gpu] = set()  # shared GPUs with a scrape seen twice
         for (kind, key), replicas in sorted(by_group.items()):
             kept = np.empty(0, np.int64)  # the group's kept scrapes so far, sorted
             for replica in sorted(replicas):
@@ -276,8 +276,8 @@ class ReplicaDedupe:
                     # A kept scrape k covers [k - Δ/2, k + Δ/2): k in [t - Δ/2, t + Δ/2) covers t.
                     lo = np.searchsorted(kept, scrapes - half, side="left")
                     hi = np.searchsorted(kept, scrapes + half, side="left")
-                    if kind == 1 and (lo != hi).any() and key not in overlapping:
-                        overlapping.append(key)
+                    if kind == 1 and (lo != hi).any():
+                        overlapping.add(key)
                     scrapes = scrapes[lo == hi]
                 kept = np.union1d(kept, scrapes)
                 for s, ts, values in members:
@@ -292,7 +292,7 @@ class ReplicaDedupe:
 
     def _warn_shared(
         self,
-        gpus: list[Gpu],
+        gpus: set[Gpu],
         shared: dict[Gpu, set[tuple[Target, Replica]]],
         span: Span,
         warned: set[tuple[str, str]],
@@ -302,15 +302,14 @@ class ReplicaDedupe:
         if ("shared", "") in warned:
             return
         warned.add(("shared", ""))
-        cluster, host, uuid = min(gpus)
+        example = min(gpus)
+        _cluster, host, uuid = example
 
         def stream(target: Target, replica: Replica) -> str:
-            # As the kube table's `target` column writes a target: <job>/<instance>.
-            name = f"{target[2]}/{target[1]}" if any(target[1:3]) else target[3]
             labels = ",".join(v for v in replica if v)
-            return f"{name} ({'replica ' + labels if labels else 'no replica label'})"
+            return f"{_target_name(target)} ({'replica ' + labels if labels else 'no replica label'})"
 
-        streams = ", ".join(sorted(stream(t, r) for t, r in shared[min(gpus)]))
+        streams = ", ".join(sorted(stream(t, r) for t, r in shared[example]))
         start, end = (datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%d %H:%M") for ms in span)
         log.warning(
             "Prometheus %s: %d GPU(s) are reported more than once at the same time between %s and %s UTC, "
@@ -334,7 +333,7 @@ class ReplicaDedupe:
         if len(scrapes) < 3:
             return
         interval = float(np.median(np.diff(scrapes)))
-        name = "/".join(target[1:3]) or target[3]
+        name = _target_name(target)
         if interval <= 1.5 * self.scrape_interval_ms or ("interval", name) in warned:
             return
         warned.add(("interval", name))
@@ -348,6 +347,13 @@ class ReplicaDedupe:
             interval / 1000,
             self.scrape_interval_ms / 1000,
         )
+
+
+def _target_name(target: Target) -> str:
+    """A target (ReplicaDedupe.target_of) as warnings name it: `<job>/<instance>`, as the kube table's `target`
+    column writes it (SeriesMapping.kube_target), else what stands for it (`host=...`, `exporter=...`)."""
+    _cluster, instance, job, *stand_in = target
+    return f"{job}/{instance}" if job or instance else stand_in[0]
 
 
 def _joined(arrays: list[np.ndarray]) -> np.ndarray:
