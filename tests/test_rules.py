@@ -18,9 +18,11 @@ import pytest
 import yaml
 
 from gpumeter.config import IDLE, UNALLOCATED, Config, parse_config
+from gpumeter.ingest.schema import DCGM_GPU_UTIL
 from gpumeter.models.catalog import CatalogWarning
 from gpumeter.models.project import AccountingError
 from gpumeter.models.runner import meter_day
+from gpumeter.pipelines.checks import coverage
 from tests.builders import FactoryBuilder
 
 DAY = date(2026, 11, 1)
@@ -156,9 +158,6 @@ def test_r1_a_gpu_sampled_twice_within_half_an_interval_is_billed_as_it_came_and
     """R1 (our reading): a GPU sample at most Δ/2 after the GPU's previous one repeats a scrape (one scrape
     delivered twice at an offset, or Δ larger than the real interval). It is billed as it came, each sample
     Δ, and reported: data_quality's repeated_scrape_samples, and the coverage check fails (a warning)."""
-    from gpumeter.ingest.schema import DCGM_GPU_UTIL
-    from gpumeter.pipelines.checks import coverage
-
     f = factory().gpu("n1", "GPU-1", H100).gpu("n1", "GPU-2", H100, index="1")
     f.samples("GPU-1", range(4), util=50)
     f.samples("GPU-2", range(4), util=50)
