@@ -470,6 +470,78 @@ def test_r7_label_rule_beats_vcluster_beats_namespace_and_file_order_within_a_ki
     }
 
 
+# --- R1a: kube-state-metrics scraped by two jobs ------------------------------------------------
+
+KSM_A = ("ksm/10.0.0.1:8080", -20_000)  # target, scrape offset from the DCGM grid
+KSM_B = ("ksm-2/10.0.0.2:8080", 10_000)
+
+
+def test_r1a_kube_state_metrics_scraped_by_two_jobs_bills_each_sample_once() -> None:
+    """R1a/R5/R7 with kube-state-metrics scraped by two jobs, A 20 s before the DCGM grid and B 10 s after it,
+    B a scrape behind A. GPU-1's pod p1 is relabelled team=ml → team=ops (A shows it from its scrape 5, B from
+    its scrape 6); GPU-2 is held through a DRA claim by p-dra (Running at A's scrapes 0-5, at B's 1-6). Each
+    GPU sample has one holder and one tenant and is billed once."""
+    tenants = [
+        {"name": "ml", "pod_labels": [{"key": "team", "value": "ml"}]},
+        {"name": "ops", "pod_labels": [{"key": "team", "value": "ops"}]},
+        *TENANTS,
+    ]
+    f = factory().gpu("n1", "GPU-1", H100).gpu("n1", "GPU-2", H100, index="1")
+    f.samples("GPU-1", range(10), util=50, pod=P1)
+    f.samples("GPU-2", range(10), util=50)
+    f.slice_device("n1", "gpu-1", uuid="GPU-2")
+    f.claim("ns-b", "claim-1", pool="n1", device="gpu-1", reserved_pod="p-dra")
+    for lag, (target, offset_ms) in enumerate((KSM_A, KSM_B)):
+        for k in range(-1, 10):
+            at = {"offset_ms": offset_ms, "target": target}
+            f.pod_labels("ns-a", "p1", {"team": "ops" if k >= 5 + lag else "ml"}, k, **at)
+            phase = "Pending" if k < lag else "Running" if k <= 5 + lag else "Succeeded"
+            f.pod_phase("ns-b", "p-dra", k, phase, **at)
+    out = meter(f, make_config(tenants=tenants))
+
+    # By hand: the relabel counts from the first target that shows it, A's scrape 5 (20 s before sample 5):
+    # samples 0-4 are ml's, 5-9 ops'. p-dra is Running while either target says so: from A's scrape 0 (20 s
+    # before sample 0) until B's scrape 7 (10 s after sample 7) shows it Succeeded: samples 0-7.
+    p1 = {r["tenant"]: r["device_seconds"] for r in rows(out, "mart_device_seconds", pod="p1")}
+    assert p1 == {"ml": D(300), "ops": D(300)}
+    assert holder(out, "p-dra")["device_seconds"] == D(480)
+    assert charges(out) == {
+        ("ml", "reserved"): D("0.30"),
+        ("ops", "reserved"): D("0.30"),
+        ("team-b", "reserved"): D("0.48"),
+        (IDLE, "idle"): D("0.12"),
+    }
+    assert categories(out) == {"allocated_active": D(1080), "unallocated": D(120)}
+    assert pool_cost(out) == D("1.20")
+
+
+def test_r4_expected_capacity_counts_each_moment_once_when_two_targets_report_a_node() -> None:
+    """R4 coverage with kube-state-metrics scraped by two jobs (n1: A and B at every scrape) and with a
+    restarted exporter (n3: an old target until scrape 4, a new one from scrape 4 on, 25 s later): each moment
+    of the day is expected once, at the node's GPU count (both targets' time used to be added)."""
+    f = factory().gpu("n1", "GPU-1", H100)
+    f.samples("GPU-1", range(10), util=50, pod=P1)
+    for k in range(-1, 10):
+        for target, offset_ms in (KSM_A, KSM_B):
+            f.node_state("n1", k, gpus=2, offset_ms=offset_ms, target=target)
+        if k <= 4:
+            f.node_state("n3", k, gpus=4, offset_ms=-20_000, target="ksm/10.0.0.3:8080")
+        if k >= 4:
+            f.node_state("n3", k, gpus=4, offset_ms=5_000, target="ksm/10.0.0.4:8080")
+    out = meter(f)
+
+    # By hand: n1 is reported from before midnight until B's last scrape (10 s after sample 9, 550 s) stands
+    # for Δ: 610 s × 2 GPUs (A alone: 580 s; both added: 1,190 s). n3: the old target until the new one's
+    # first scrape (245 s), the new one until its last (545 s) + Δ: 605 s × 4 GPUs (the old target's last
+    # scrape, 220 s, stood until 280 s).
+    n1 = one(out, "mart_data_quality", node="n1")
+    assert (n1["observed_gpu_seconds"], n1["expected_gpu_seconds"], n1["expected_gpus"]) == (600, 1220, 2)
+    assert n1["unobserved_gpu_seconds"] == 620
+    n3 = one(out, "mart_data_quality", node="n3")
+    assert (n3["expected_gpu_seconds"], n3["unobserved_gpu_seconds"]) == (2420, 2420)
+    assert pool_cost(out) == D("0.60")
+
+
 # --- R9: idle --------------------------------------------------------------------------------
 
 

@@ -72,6 +72,10 @@ create or replace macro scrape_target(target, metric) as coalesce(target, split_
 create or replace macro holds_until(ts_ms, next_scrape_ms) as
     least(coalesce(next_scrape_ms, ts_ms + getvariable('lookback_ms') + 1), ts_ms + getvariable('lookback_ms') + 1);
 
+-- R4 coverage: the part of [from_ms, until_ms) within the metered day, in ms (0 when they do not meet).
+create or replace macro counted_within_day(from_ms, until_ms) as
+    greatest(least(until_ms, getvariable('day_end_ms')) - greatest(from_ms, getvariable('day_start_ms')), 0);
+
 -- A timestamp in ms as UTC text, e.g. 2026-11-01T00:01:00Z (microseconds shown where there are some).
 create or replace macro utc_text(ts_ms) as
     case

@@ -34,20 +34,16 @@ scrapes as (
     -- Per scrape: the time its samples stand for within the day (a sample stands until the exporter's next
     -- scrape, Δ after its last one, at most the lookback; mart_data_quality's expected capacity), summed in
     -- scrape order so that a run's sum is a difference.
-    select
-        *,
-        sum(counted_ms) over (partition by scrape_target order by scrape_index) as counted_through_ms
+    select *, sum(counted_ms) over (partition by scrape_target order by scrape_index) as counted_through_ms
     from (
-        select
-            *,
-            greatest(
-                least(
-                    ts_ms + least(coalesce(next_scrape_ms - ts_ms, getvariable('scrape_s') * 1000), getvariable('lookback_ms')),
-                    getvariable('day_end_ms')
-                ) - greatest(ts_ms, getvariable('day_start_ms')),
-                0
-            ) as counted_ms
-        from stg_kube_target_scrapes
+        select *, counted_within_day(ts_ms, stands_until_ms) as counted_ms
+        from (
+            select
+                *,
+                ts_ms + least(coalesce(next_scrape_ms - ts_ms, getvariable('scrape_s') * 1000), getvariable('lookback_ms'))
+                    as stands_until_ms
+            from stg_kube_target_scrapes
+        )
     )
 ),
 request_spans as (
@@ -138,9 +134,39 @@ requests as (
         and c.at_index >= r.from_index
         and (r.end_index is null or c.at_index < r.end_index)
     group by all
+),
+shared_nodes as (
+    -- Nodes that more than one target reports: kube-state-metrics scraped by two jobs, or a new target that
+    -- replaced another (a restarted exporter).
+    select cluster, node from states group by all having count(distinct scrape_target) > 1
+),
+shared_counted as (
+    -- For such a node each moment counts once: a sample stands until the node's next sample from any
+    -- target (the latest sample tells the node's state), and never longer than it would alone.
+    select cluster, scrape_target, node, at_index, sum(counted_ms) as counted_ms
+    from (
+        select
+            n.cluster,
+            n.scrape_target,
+            n.node,
+            n.at_index,
+            counted_within_day(
+                s.ts_ms,
+                least(
+                    s.stands_until_ms,
+                    coalesce(lead(s.ts_ms) over (partition by n.cluster, n.node order by s.ts_ms), s.stands_until_ms)
+                )
+            ) as counted_ms
+        from states as n
+        semi join shared_nodes as d on d.cluster = n.cluster and d.node is not distinct from n.node
+        join scrapes as s
+            on s.scrape_target = n.scrape_target and s.scrape_index between n.at_index and n.last_index
+    )
+    group by all
 )
 select
     n.cluster,
+    n.scrape_target,
     a.ts_ms,
     holds_until(b.ts_ms, b.next_scrape_ms) as until_ms,
     b.ts_ms as last_ms,
@@ -153,7 +179,7 @@ select
     coalesce(n.labelled_gpus, n.capacity_whole_gpus) as expected_gpus,
     n.allocatable_cpu_cores - coalesce(r.requested_cpu_cores, 0) as free_cpu_cores,
     n.allocatable_memory_bytes - coalesce(r.requested_memory_bytes, 0) as free_memory_bytes,
-    b.counted_through_ms - a.counted_through_ms + a.counted_ms as counted_ms
+    coalesce(c.counted_ms, b.counted_through_ms - a.counted_through_ms + a.counted_ms) as counted_ms
 from states as n
 join scrapes as a on a.scrape_target = n.scrape_target and a.scrape_index = n.at_index
 join scrapes as b on b.scrape_target = n.scrape_target and b.scrape_index = n.last_index
@@ -162,3 +188,8 @@ left join requests as r
     and r.scrape_target = n.scrape_target
     and r.node is not distinct from n.node
     and r.at_index = n.at_index
+left join shared_counted as c
+    on c.cluster = n.cluster
+    and c.scrape_target = n.scrape_target
+    and c.node is not distinct from n.node
+    and c.at_index = n.at_index
