@@ -16,7 +16,8 @@ expected as (
     -- Each kube-state-metrics sample stands until the exporter's next scrape (R1a: a node gone from it stops
     -- counting there; Δ after the exporter's last scrape; at most the lookback), counted within the day only:
     -- the lookback's last sample describes the first seconds of the day, so the figure does not assume
-    -- kube-state-metrics is scraped every Δ, nor on dcgm-exporter's grid.
+    -- kube-state-metrics is scraped every Δ, nor on dcgm-exporter's grid. A node two targets report counts each
+    -- moment once (stg_kube_node_states.counted_ms).
     select
         cluster,
         node,
