@@ -1,4 +1,5 @@
-"""Property tests over random simulated factories: R1, R11, R13, R15."""
+"""Property tests over random simulated factories: R1, R1a (kube exporters scraped by two jobs), R11, R13,
+R15."""
 
 import os
 from dataclasses import replace
@@ -169,6 +170,57 @@ def test_a_day_metered_twice_is_identical_r15(spec: simulator.FactorySpec) -> No
             assert table.sort_by([(c, "ascending") for c in table.column_names]).equals(
                 second[name].sort_by([(c, "ascending") for c in table.column_names])
             ), name
+
+
+def scraped_twice(kube: pa.Table, offset_ms: int) -> pa.Table:
+    """The kube table as Prometheus would hold it with every exporter (kube-state-metrics, OpenCost, Kueue)
+    also scraped by a second job, `offset_ms` later: each row again, under the target `<exporter>-2/...`."""
+    metrics = kube.column("metric").to_pylist()
+    targets = pa.array([f"{m.split('_', 1)[0]}-2/10.0.9.9:8080" for m in metrics], pa.string())
+    second = kube.set_column(
+        kube.schema.get_field_index("ts_ms"), "ts_ms", pa.compute.add(kube["ts_ms"], offset_ms)
+    )
+    second = second.set_column(second.schema.get_field_index("target"), "target", targets)
+    return pa.concat_tables([kube, second])
+
+
+@PROPERTY_SETTINGS
+@given(spec=factories(), offset_s=st.sampled_from([0, 0, -150, -20, 7, 150]) | st.integers(-150, 150))
+def test_kube_exporters_scraped_by_two_jobs_bill_no_gpu_sample_twice_r1a(
+    spec: simulator.FactorySpec, offset_s: int
+) -> None:
+    """R1a with every kube exporter also scraped by a second job (the same samples, offset by up to Δ/2): each
+    GPU sample is still observed and priced once (the pool's GPU-seconds and cost per node do not move),
+    R13 and R11 hold, and a node's expected GPU-seconds grow by at most the offset at each end of its day. At
+    the same timestamps nothing at all changes."""
+    config = config_for(spec)
+    raw = raw_day(spec, spec.start)
+    once = meter_day(raw, config, spec.cluster, spec.start)
+    twice_raw = RawDay(
+        raw.dcgm, scraped_twice(raw.kube, offset_s * 1000), raw.dra_allocations, raw.dra_devices
+    )
+    twice = meter_day(twice_raw, config, spec.cluster, spec.start)
+
+    def rows(marts: dict[str, pa.Table], name: str) -> list[tuple[object, ...]]:
+        return sorted((tuple(r.values()) for r in marts[name].to_pylist()), key=repr)
+
+    assert rows(twice, "mart_pool_daily_cost") == rows(once, "mart_pool_daily_cost")
+    assert total(twice["mart_tenant_daily_cost"], "amount") == total(
+        once["mart_pool_daily_cost"], "pool_cost"
+    )
+    capacity: dict[str, Decimal] = {}
+    for row in twice["mart_stranded_capacity"].to_pylist():
+        capacity[row["node"]] = capacity.get(row["node"], Decimal(0)) + Decimal(row["gpu_seconds"])
+    observed = {r["node"]: Decimal(r["observed_gpu_seconds"]) for r in once["mart_data_quality"].to_pylist()}
+    assert capacity == {n: v for n, v in observed.items() if v}
+    expected_once = {r["node"]: r for r in once["mart_data_quality"].to_pylist()}
+    for row in twice["mart_data_quality"].to_pylist():
+        before = expected_once[row["node"]]
+        grown = row["expected_gpu_seconds"] - before["expected_gpu_seconds"]
+        assert 0 <= grown <= 2 * abs(offset_s) * (row["expected_gpus"] or 0), row["node"]
+    if offset_s == 0:
+        for name in sorted(n for n in once if n.startswith("mart_")):
+            assert rows(twice, name) == rows(once, name), name
 
 
 @PROPERTY_SETTINGS

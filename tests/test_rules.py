@@ -750,6 +750,19 @@ def test_r11_a_node_reported_by_two_kube_state_metrics_targets_is_unschedulable_
     assert (pool["gpu_samples"], pool["pool_cost"]) == (10, D("0.60"))
 
 
+def test_r11_a_pod_request_reported_by_two_kube_state_metrics_targets_is_requested_once() -> None:
+    """R11 "no room for another GPU pod" with kube-state-metrics scraped by two jobs: a pod's CPU request that
+    both targets report is requested once. 8 cores allocatable, 6 requested: 2 free, room for a GPU pod (the
+    two targets' requests used to be added: 12 requested, the free GPU unschedulable)."""
+    f = factory().gpu("n1", "GPU-1", H100)
+    f.samples("GPU-1", range(4), util=0)
+    for k in range(-1, 4):
+        for target, offset_ms in (KSM_A, KSM_B):
+            f.node_state("n1", k, allocatable_cpu=8, requested_cpu=6, offset_ms=offset_ms, target=target)
+    out = meter(f)
+    assert categories(out, "n1") == {"unallocated": D(240)}
+
+
 def test_r11_xid_makes_a_gpu_unhealthy_held_or_free() -> None:
     """R11: a GPU reporting an XID error is unhealthy at that sample, held or free; a MIG GPU's XID (on its
     GPU-level series) makes its instances and its unpartitioned remainder unhealthy too."""

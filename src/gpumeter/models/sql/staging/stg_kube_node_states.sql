@@ -43,16 +43,19 @@ scrapes as (
 request_spans as (
     -- R1a: a pod's request holds from its sample until its target's next scrape; on the node's target's
     -- scrapes that is from the first scrape at or after its first sample to the first at or after it ends.
+    -- The pods' target may be another than the node's (kube-state-metrics sharded by object).
     select
         n.cluster,
         n.scrape_target,
         n.node,
+        r.request_series,
         r.resource,
         r.value * r.copies as value,
         r.from_ms,
         r.until_ms
     from (
         select
+            labels as request_series,
             json_extract_string(labels, ['node', 'resource']) as label,
             label[1] as node,
             label[2] as resource,
@@ -114,19 +117,25 @@ states as (
 ),
 requests as (
     select
-        c.cluster,
-        c.scrape_target,
-        c.node,
-        c.at_index,
-        sum(r.value) filter (where r.resource = 'cpu') as requested_cpu_cores,
-        sum(r.value) filter (where r.resource = 'memory') as requested_memory_bytes
-    from runs as c
-    join request_bounds as r
-        on r.cluster = c.cluster
-        and r.scrape_target = c.scrape_target
-        and r.node = c.node
-        and c.at_index >= r.from_index
-        and (r.end_index is null or c.at_index < r.end_index)
+        cluster,
+        scrape_target,
+        node,
+        at_index,
+        sum(value) filter (where resource = 'cpu') as requested_cpu_cores,
+        sum(value) filter (where resource = 'memory') as requested_memory_bytes
+    from (
+        -- One request series once, however many targets show it (kube-state-metrics scraped by two jobs):
+        -- the largest value standing, as for copies (R1).
+        select c.cluster, c.scrape_target, c.node, c.at_index, r.request_series, r.resource, max(r.value) as value
+        from runs as c
+        join request_bounds as r
+            on r.cluster = c.cluster
+            and r.scrape_target = c.scrape_target
+            and r.node = c.node
+            and c.at_index >= r.from_index
+            and (r.end_index is null or c.at_index < r.end_index)
+        group by all
+    )
     group by all
 ),
 shared_nodes as (
