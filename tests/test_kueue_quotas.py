@@ -1,9 +1,8 @@
 """Kueue quotas (stg_kueue_queue_samples, mart_queue_quota_usage; docs/tariffs.md) on a hand-made day, and on
 the simulator's Kueue series.
 
-Δ = 60 s (tests/test_rules.py conventions). Each Kueue gauge sample stands until the queue's next sample or its
-exporter's next scrape (Δ after the exporter's last, at most the lookback: R1a), so Δ when Kueue is scraped
-every Δ, and belongs to the day holding its timestamp (R2).
+Δ = 60 s (tests/test_rules.py conventions). Each Kueue gauge sample stands for Δ seconds, as every raw sample
+does (R1), and belongs to the day holding its timestamp (R2).
 """
 
 from __future__ import annotations
@@ -81,34 +80,6 @@ def test_quota_usage_and_borrowing_of_a_hand_made_day() -> None:
     assert out["mart_queue_quota_usage"].num_rows == 4
 
 
-def test_each_kueue_sample_stands_for_its_own_interval_and_two_targets_count_once() -> None:
-    """Kueue scraped every 30 s, every 2 minutes, and by two jobs at once (20 s apart), at Δ = 60 s: the
-    quota-seconds are each sample × the time it stands for, so each moment counts once whatever the scrape
-    interval (each sample used to stand for Δ: 4,800, 1,200 and 4,800 quota-GPU-seconds below)."""
-    f = factory().gpu("n1", "GPU-1", H100)
-    f.samples("GPU-1", range(10), util=50, pod=P1)
-    for k in range(10):
-        for offset_ms in (0, 30_000):
-            at = {"offset_ms": offset_ms, "target": "kueue-fast/10.0.1.1:8080"}
-            f.kueue_cluster_queue("cq-fast", k, nominal_quota=4, usage=2, **at)
-        for target, offset_ms in (("kueue/10.0.1.3:8080", 0), ("kueue-2/10.0.1.4:8080", 20_000)):
-            f.kueue_cluster_queue("cq-two", k, nominal_quota=4, usage=2, offset_ms=offset_ms, target=target)
-    for k in range(0, 10, 2):
-        f.kueue_cluster_queue("cq-slow", k, nominal_quota=4, usage=6, target="kueue-slow/10.0.1.2:8080")
-    out = meter(f, make_config(tenants=TENANTS))
-
-    # By hand. cq-fast: 19 samples stand 30 s until the next scrape, the exporter's last (09:30) Δ: 630 s.
-    fast = one(out, "mart_queue_quota_usage", cluster_queue="cq-fast")
-    assert (fast["samples"], fast["nominal_quota_seconds"], fast["used_seconds"]) == (20, D(2520), D(1260))
-    # cq-slow: 4 samples stand 120 s, the last (08:00) Δ: 540 s; usage 6 on a quota of 4 borrows 2.
-    slow = one(out, "mart_queue_quota_usage", cluster_queue="cq-slow")
-    assert (slow["samples"], slow["nominal_quota_seconds"], slow["used_seconds"]) == (5, D(2160), D(3240))
-    assert (slow["borrowed_seconds"], slow["peak_used"]) == (D(1080), 6)
-    # cq-two: A's sample stands 20 s until B's, B's 40 s until A's next, B's last (09:20) Δ: 620 s.
-    two = one(out, "mart_queue_quota_usage", cluster_queue="cq-two")
-    assert (two["samples"], two["nominal_quota_seconds"], two["used_seconds"]) == (20, D(2480), D(1240))
-
-
 def test_local_queue_usage_is_staged_with_its_namespace() -> None:
     out = meter(quota_day(), make_config(tenants=TENANTS))
     local = one(out, "stg_kueue_queue_samples", quantity="local_queue_usage")
@@ -148,8 +119,8 @@ def test_a_queue_listed_by_two_tenants_is_one_clear_error() -> None:
 
 def test_the_simulators_kueue_series_through_the_quota_mart() -> None:
     """The simulator's Kueue gauges (one ClusterQueue per tenant, named after it; `sandbox` is nobody's):
-    each mart figure recomputed independently from the raw samples (value × Δ per in-day sample: the simulator
-    scrapes Kueue every Δ, so each sample stands until the next, Δ; R2) and from mart_device_seconds."""
+    each mart figure recomputed independently from the raw samples (value × Δ per in-day sample, R1/R2) and
+    from mart_device_seconds."""
 
     spec = replace(simulator.demo_spec(), cluster="prop", days=2, scrape_interval_s=300)
     doc = yaml.safe_load(yaml.safe_dump(BASE_CONFIG.model_dump(mode="json")))

@@ -72,16 +72,6 @@ create or replace macro scrape_target(target, metric) as coalesce(target, split_
 create or replace macro holds_until(ts_ms, next_scrape_ms) as
     least(coalesce(next_scrape_ms, ts_ms + getvariable('lookback_ms') + 1), ts_ms + getvariable('lookback_ms') + 1);
 
--- The time a kube sample stands for when time is counted (coverage's expected capacity, Kueue's quota-seconds):
--- until its target's next scrape, Δ after the target's last, at most kube_lookback_seconds (a target that
--- stopped being scraped for a while).
-create or replace macro stands_until(ts_ms, next_scrape_ms) as
-    ts_ms + least(coalesce(next_scrape_ms - ts_ms, getvariable('scrape_s') * 1000), getvariable('lookback_ms'));
-
--- A gauge's value × the seconds its sample stands for (stands_for_ms), as DECIMAL before any sum, like
--- sample_seconds.
-create or replace macro gauge_seconds(a, stands_for_ms) as cast(stands_for_ms::double / 1000 * a as decimal(38, 12));
-
 -- R4 coverage: the part of [from_ms, until_ms) within the metered day, in ms (0 when they do not meet).
 create or replace macro counted_within_day(from_ms, until_ms) as
     greatest(least(until_ms, getvariable('day_end_ms')) - greatest(from_ms, getvariable('day_start_ms')), 0);

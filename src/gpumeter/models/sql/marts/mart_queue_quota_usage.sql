@@ -1,6 +1,5 @@
 -- One row per Kueue ClusterQueue × flavor × resource of the day: nominal quota, usage and borrowing in
--- resource-seconds (GPU-seconds for nvidia.com/gpu: each sample × the time it stands for), beside the
--- GPU-seconds metered for the queue's tenant.
+-- resource-seconds (GPU-seconds for nvidia.com/gpu, R1), beside the GPU-seconds metered for the queue's tenant.
 with queue_tenants as (
     select
         unnest(getvariable('kueue_queues')::varchar[]) as cluster_queue,
@@ -17,10 +16,7 @@ queue_samples as (
         max(cohort) as cohort,
         max(value) filter (where quantity = 'nominal_quota') as nominal_quota,
         max(value) filter (where quantity = 'resource_usage') as used,
-        max(value) filter (where quantity = 'borrowing_limit') as borrowing_limit,
-        max(stands_for_ms) filter (where quantity = 'nominal_quota') as nominal_quota_ms,
-        max(stands_for_ms) filter (where quantity = 'resource_usage') as used_ms,
-        max(stands_for_ms) filter (where quantity = 'borrowing_limit') as borrowing_limit_ms
+        max(value) filter (where quantity = 'borrowing_limit') as borrowing_limit
     from stg_kueue_queue_samples
     where cluster_queue is not null and quantity <> 'local_queue_usage'
     group by cluster, ts_ms, cluster_queue, flavor, resource
@@ -34,12 +30,11 @@ per_day as (
         flavor,
         resource,
         count(*) as samples,
-        sum(gauge_seconds(nominal_quota, nominal_quota_ms)) as nominal_quota_seconds,
-        sum(gauge_seconds(used, used_ms)) as used_seconds,
+        sum(sample_seconds(nominal_quota)) as nominal_quota_seconds,
+        sum(sample_seconds(used)) as used_seconds,
         -- Usage above the nominal quota is borrowed from the cohort.
-        sum(gauge_seconds(case when used > nominal_quota then used - nominal_quota else 0 end, coalesce(used_ms, 0)))
-            as borrowed_seconds,
-        sum(gauge_seconds(borrowing_limit, borrowing_limit_ms)) as borrowing_limit_seconds,
+        sum(sample_seconds(case when used > nominal_quota then used - nominal_quota else 0 end)) as borrowed_seconds,
+        sum(sample_seconds(borrowing_limit)) as borrowing_limit_seconds,
         max(used) as peak_used
     from queue_samples
     group by cluster, cluster_queue, flavor, resource

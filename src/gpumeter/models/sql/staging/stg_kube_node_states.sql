@@ -37,7 +37,13 @@ scrapes as (
     select *, sum(counted_ms) over (partition by scrape_target order by scrape_index) as counted_through_ms
     from (
         select *, counted_within_day(ts_ms, stands_until_ms) as counted_ms
-        from (select *, stands_until(ts_ms, next_scrape_ms) as stands_until_ms from stg_kube_target_scrapes)
+        from (
+            select
+                *,
+                ts_ms + least(coalesce(next_scrape_ms - ts_ms, getvariable('scrape_s') * 1000), getvariable('lookback_ms'))
+                    as stands_until_ms
+            from stg_kube_target_scrapes
+        )
     )
 ),
 request_spans as (
