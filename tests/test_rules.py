@@ -515,6 +515,51 @@ def test_r1a_kube_state_metrics_scraped_by_two_jobs_bills_each_sample_once() -> 
     assert pool_cost(out) == D("1.20")
 
 
+def test_r1a_a_kube_state_metrics_restarted_under_a_new_address_ends_the_old_ones_samples() -> None:
+    """R1a with kube-state-metrics restarted between its scrapes 4 and 5 under a new address (a new instance of
+    the job `ksm`): the old instance last shows p-dra Running 20 s before sample 4, the new one first scrapes
+    5 s before sample 5 and shows it Succeeded. The new instance's first scrape ends what the old one showed,
+    as the old one's next scrape would have; the old one's last sample used to hold for the lookback (300 s,
+    until 20 s before sample 9), billing the DRA pod 4 samples more."""
+    f = factory().gpu("n1", "GPU-1", H100)
+    f.samples("GPU-1", range(10), util=50)
+    f.slice_device("n1", "gpu-0", uuid="GPU-1")
+    f.claim("ns-b", "claim-1", pool="n1", device="gpu-0", reserved_pod="p-dra")
+    for k in range(-1, 5):
+        f.pod_phase("ns-b", "p-dra", k, "Running", offset_ms=-20_000, target="ksm/10.0.0.1:8080")
+    for k in range(5, 10):
+        f.pod_phase("ns-b", "p-dra", k, "Succeeded", offset_ms=-5_000, target="ksm/10.0.0.2:8080")
+    out = meter(f)
+
+    # By hand: Running from before the day until 5 s before sample 5: samples 0-4, 300 s, 0.30.
+    assert holder(out, "p-dra")["device_seconds"] == D(300)
+    assert charges(out) == {("team-b", "reserved"): D("0.30"), (IDLE, "idle"): D("0.30")}
+    assert categories(out) == {"allocated_active": D(300), "unallocated": D(300)}
+
+
+def test_r1a_a_restarted_shard_of_kube_state_metrics_ends_only_its_own_samples() -> None:
+    """R1a with kube-state-metrics sharded by object, two instances of the job `ksm`: shard 0 (20 s before the
+    DCGM grid) shows p0 Running all along; shard 1 shows p1 Running and restarts between its scrapes 4 and 5
+    under a new address, first scraped 15 s after sample 5, and shows p1 Running again. The new shard 1 ends
+    what the old one showed; shard 0, which ran alongside, ends nothing of it: p1 holds through sample 5 (the
+    old shard's last sample stands until the new one's first scrape)."""
+    f = factory().gpu("n1", "GPU-0", H100).gpu("n1", "GPU-1", H100, index="1")
+    for gpu, pod in (("GPU-0", "p0"), ("GPU-1", "p1")):
+        f.samples(gpu, range(10), util=50)
+        f.slice_device("n1", f"dev-{gpu}", uuid=gpu)
+        f.claim("ns-b", f"claim-{pod}", pool="n1", device=f"dev-{gpu}", reserved_pod=pod)
+    for k in range(-1, 10):
+        f.pod_phase("ns-b", "p0", k, "Running", offset_ms=-20_000, target="ksm/10.0.0.1:8080")
+        shard_1 = ("ksm/10.0.0.2:8080", -20_000) if k <= 4 else ("ksm/10.0.0.3:8080", 15_000)
+        f.pod_phase("ns-b", "p1", k, "Running", offset_ms=shard_1[1], target=shard_1[0])
+    out = meter(f)
+
+    # By hand: both pods Running from before the day to its end: 10 samples each, 600 s, 0.60.
+    assert holder(out, "p0")["device_seconds"] == D(600)
+    assert holder(out, "p1")["device_seconds"] == D(600)
+    assert charges(out) == {("team-b", "reserved"): D("1.20"), (IDLE, "idle"): D(0)}
+
+
 def test_r4_expected_capacity_counts_each_moment_once_when_two_targets_report_a_node() -> None:
     """R4 coverage with kube-state-metrics scraped by two jobs (n1: A and B at every scrape) and with a
     restarted exporter (n3: an old target until scrape 4, a new one from scrape 4 on, 25 s later): each moment
