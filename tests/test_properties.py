@@ -1,7 +1,9 @@
-"""Property tests over random simulated factories: R1, R1a (kube exporters scraped by two jobs), R11, R13,
-R15."""
+"""Property tests over random simulated factories: R1, R1a (kube exporters scraped by two jobs, restarted under
+a new address, sharded by object), R11, R13, R15."""
 
+import json
 import os
+import zlib
 from dataclasses import replace
 from datetime import date, timedelta
 from decimal import Decimal
@@ -238,6 +240,42 @@ def with_targets(kube: pa.Table, instance_from_ms: int | None) -> pa.Table:
         for m, t in zip(metrics, times, strict=True)
     ]
     return kube.set_column(kube.schema.get_field_index("target"), "target", pa.array(targets, pa.string()))
+
+
+def sharded(kube: pa.Table) -> pa.Table:
+    """The kube table as kube-state-metrics sharded by object writes it (`--total-shards 2`): each pod's and
+    each node's series from one of two instances of the job, by a hash of the object; OpenCost and Kueue
+    from their own targets."""
+    targets = []
+    for metric, text in zip(
+        kube.column("metric").to_pylist(), kube.column("labels").to_pylist(), strict=True
+    ):
+        exporter = metric.split("_", 1)[0]
+        labels = json.loads(text)
+        if exporter != "kube":
+            targets.append(f"{exporter}/10.0.1.1:8080")
+            continue
+        obj = f"{labels.get('namespace')}/{labels['pod']}" if "pod" in labels else labels.get("node", text)
+        targets.append(f"kube/10.0.0.{1 + zlib.crc32(obj.encode()) % 2}:8080")
+    return kube.set_column(kube.schema.get_field_index("target"), "target", pa.array(targets, pa.string()))
+
+
+@PROPERTY_SETTINGS
+@given(spec=factories())
+def test_kube_state_metrics_sharded_by_object_changes_no_mart_r1a(spec: simulator.FactorySpec) -> None:
+    """R1a: kube-state-metrics sharded by object (a pod's series from one instance, its node's perhaps from the
+    other, scraped at the same times) changes no mart: each series is read on its own target's scrapes, and
+    a pod's requests count on its node whichever instance shows them."""
+    config = config_for(spec)
+    raw = raw_day(spec, spec.start)
+
+    def marts(kube: pa.Table) -> dict[str, pa.Table]:
+        day = RawDay(raw.dcgm, kube, raw.dra_allocations, raw.dra_devices)
+        return meter_day(day, config, spec.cluster, spec.start)
+
+    whole, shards = marts(with_targets(raw.kube, None)), marts(sharded(raw.kube))
+    for name in sorted(n for n in whole if n.startswith("mart_")):
+        assert sorted_rows(shards[name]) == sorted_rows(whole[name]), name
 
 
 @PROPERTY_SETTINGS

@@ -61,7 +61,7 @@ request_spans as (
         r.until_ms
     from (
         select
-            labels as request_series,
+            hash(labels) as request_series,  -- the series' label set, as one integer to group by
             json_extract_string(labels, ['node', 'resource']) as label,
             label[1] as node,
             label[2] as resource,
