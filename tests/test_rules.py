@@ -577,8 +577,8 @@ def test_r4_expected_capacity_counts_each_moment_once_when_two_targets_report_a_
 
     # By hand: n1 is reported from before midnight until B's last scrape (10 s after sample 9, 550 s) stands
     # for Δ: 610 s × 2 GPUs (A alone: 580 s; both added: 1,190 s). n3: the old target until the new one's
-    # first scrape (245 s), the new one until its last (545 s) + Δ: 605 s × 4 GPUs (the old target's last
-    # scrape, 220 s, stood until 280 s).
+    # first scrape (245 s), the new one until its last (545 s) + Δ: 605 s × 4 GPUs (alone, the old target's
+    # last scrape, 220 s, would stand until 280 s).
     n1 = one(out, "mart_data_quality", node="n1")
     assert (n1["observed_gpu_seconds"], n1["expected_gpu_seconds"], n1["expected_gpus"]) == (600, 1220, 2)
     assert n1["unobserved_gpu_seconds"] == 620
