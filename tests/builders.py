@@ -341,9 +341,12 @@ class FactoryBuilder:
         flavor: str = "default-flavor",
         resource: str = "nvidia.com/gpu",
         cohort: str | None = None,
+        offset_ms: int = 0,
+        target: str | None = None,
     ) -> FactoryBuilder:
         """Kueue's ClusterQueue gauges at one sample: `kueue_cluster_queue_nominal_quota`, `_resource_usage`
-        and `_borrowing_limit` (`resource` raw, as Kueue labels it)."""
+        and `_borrowing_limit` (`resource` raw, as Kueue labels it). `offset_ms`, `target` as for
+        `_kube_row`."""
         labels = {"cluster_queue": cluster_queue, "flavor": flavor, "resource": resource}
         if cohort is not None:
             labels["cohort"] = cohort
@@ -354,7 +357,7 @@ class FactoryBuilder:
         }
         for metric, value in gauges.items():
             if value is not None:
-                self._kube_row(ts_index, metric, value, labels)
+                self._kube_row(ts_index, metric, value, labels, offset_ms=offset_ms, target=target)
         return self
 
     def kueue_local_queue(

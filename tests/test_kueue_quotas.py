@@ -20,6 +20,7 @@ import gpumeter_sim as simulator
 from gpumeter.config import ConfigError, parse_config
 from gpumeter.ingest.contract import day_bounds_ms
 from gpumeter.models.runner import meter_day
+from gpumeter.pipelines.checks import kueue_sampled_once_per_interval
 from tests.test_properties import BASE_CONFIG, raw_day
 from tests.test_rules import H100, P1, P2, factory, make_config, meter, one, rows
 
@@ -78,6 +79,33 @@ def test_quota_usage_and_borrowing_of_a_hand_made_day() -> None:
     assert nobody["used_seconds"] is None and nobody["borrowed_seconds"] == D(0)
     assert nobody["tenant"] is None and nobody["tenant_metered_gpu_seconds"] is None
     assert out["mart_queue_quota_usage"].num_rows == 4
+
+
+def test_a_queue_scraped_by_two_jobs_reads_twice_and_its_check_warns() -> None:
+    """Each Kueue sample stands for Δ (docs/tariffs.md), so a queue Kueue's two scrape jobs both report all day
+    has twice the day's scrape intervals in samples and twice its quota-seconds: the check warns and names
+    it. A queue sampled once every Δ passes."""
+    f = factory().gpu("n1", "GPU-1", H100)
+    f.samples("GPU-1", range(2), util=50, pod=P1)
+    for k in range(f.samples_per_day):
+        f.kueue_cluster_queue("cq-once", k, nominal_quota=4, target="kueue/10.0.1.1:8080")
+        for target, offset_ms in (("kueue/10.0.1.1:8080", 0), ("kueue-2/10.0.1.2:8080", 20_000)):
+            f.kueue_cluster_queue("cq-twice", k, nominal_quota=4, offset_ms=offset_ms, target=target)
+    config = make_config(tenants=TENANTS)
+    out = meter(f, config)
+
+    once = one(out, "mart_queue_quota_usage", cluster_queue="cq-once")
+    assert (once["samples"], once["nominal_quota_seconds"]) == (1440, D(4 * 86_400))
+    twice = one(out, "mart_queue_quota_usage", cluster_queue="cq-twice")
+    assert (twice["samples"], twice["nominal_quota_seconds"]) == (2880, D(2 * 4 * 86_400))
+    check = kueue_sampled_once_per_interval({"c1": out}, config)
+    assert not check.passed and check.severity.value == "WARN"
+    assert check.metadata["samples_by_queue"].data == {"c1/cq-twice/default-flavor/nvidia.com/gpu": 2880}
+
+
+def test_the_kueue_check_passes_on_the_hand_made_day() -> None:
+    config = make_config(tenants=TENANTS)
+    assert kueue_sampled_once_per_interval({"c1": meter(quota_day(), config)}, config).passed
 
 
 def test_local_queue_usage_is_staged_with_its_namespace() -> None:

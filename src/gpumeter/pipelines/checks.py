@@ -64,7 +64,16 @@ CHECK_SPECS = [
         asset="mart_data_quality",
         description="Raw DCGM samples dropped, ignored, clamped or merged as hostile (docs/reliability.md).",
     ),
+    AssetCheckSpec(
+        "kueue_sampled_once_per_interval",
+        asset="mart_queue_quota_usage",
+        description="At most one Kueue sample per queue and scrape interval: each stands for Δ (docs/tariffs.md).",
+    ),
 ]
+
+# A queue's samples may exceed the day's scrape intervals by this fraction (a drifting scrape schedule)
+# before its quota-seconds read high.
+KUEUE_SAMPLES_SLACK = 0.01
 
 
 def _sum(table: pa.Table, column: str, where: dict[str, str] | None = None) -> Decimal:
@@ -209,6 +218,31 @@ def quarantined_samples(marts_by_cluster: dict[str, dict[str, pa.Table]]) -> Ass
     )
 
 
+def kueue_sampled_once_per_interval(
+    marts_by_cluster: dict[str, dict[str, pa.Table]], config: Config
+) -> AssetCheckResult:
+    """Warns where a Kueue queue has more samples than the day has scrape intervals: Kueue scraped more often
+    than `scrape_interval_seconds`, or by two jobs at once. Each sample stands for Δ, so its quota-seconds
+    read that many times too high (docs/tariffs.md)."""
+    queues: dict[str, int] = {}
+    for cluster, marts in marts_by_cluster.items():
+        intervals = 86_400 // config.scrape_interval_of(cluster)
+        for row in marts["mart_queue_quota_usage"].to_pylist():
+            if row["samples"] > intervals * (1 + KUEUE_SAMPLES_SLACK):
+                key = f"{cluster}/{row['cluster_queue']}/{row['flavor']}/{row['resource']}"
+                queues[key] = row["samples"]
+    return AssetCheckResult(
+        check_name="kueue_sampled_once_per_interval",
+        asset_key="mart_queue_quota_usage",
+        passed=not queues,
+        severity=AssetCheckSeverity.WARN,
+        metadata={
+            "samples_by_queue": MetadataValue.json(dict(sorted(queues.items()))),
+            "what_to_do": "scrape Kueue once, every scrape_interval_seconds (or set it to Kueue's interval)",
+        },
+    )
+
+
 def evaluate(marts_by_cluster: dict[str, dict[str, pa.Table]], config: Config) -> list[AssetCheckResult]:
     return [
         conservation(marts_by_cluster),
@@ -216,6 +250,7 @@ def evaluate(marts_by_cluster: dict[str, dict[str, pa.Table]], config: Config) -
         coverage(marts_by_cluster, config),
         unmapped_namespaces(marts_by_cluster),
         quarantined_samples(marts_by_cluster),
+        kueue_sampled_once_per_interval(marts_by_cluster, config),
     ]
 
 
