@@ -11,7 +11,6 @@ ordered as (
         *,
         lag(ts_ms) over by_target as prev_ms,
         lead(ts_ms) over by_target as own_next_ms,
-        min(ts_ms) over (partition by scrape_target) as first_ms,
         -- The job of a `<job>/<instance>` target (a job may hold a '/', e.g. a PodMonitor's
         -- `<namespace>/<name>`; an instance, host:port, does not).
         case when contains(scrape_target, '/') then regexp_replace(scrape_target, '/[^/]*$', '') end as job
@@ -27,7 +26,7 @@ replaced as (
     -- after the day, and an instance first scraped then may be a shard's.
     select o.scrape_target, o.ts_ms, min(r.first_ms) as replaced_ms
     from ordered as o
-    join (select distinct job, scrape_target, first_ms from ordered) as r
+    join (select job, scrape_target, min(ts_ms) as first_ms from ordered group by all) as r
         on r.job = o.job
         and r.first_ms > o.ts_ms
         and r.first_ms <= o.ts_ms + getvariable('lookback_ms')
