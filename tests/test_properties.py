@@ -179,16 +179,24 @@ def sorted_rows(table: pa.Table) -> list[tuple[object, ...]]:
     return sorted((tuple(r.values()) for r in table.to_pylist()), key=repr)
 
 
+def exporter(metric: str) -> str:
+    """The exporter a kube metric comes from, by its name: kube (kube-state-metrics), kueue, node (OpenCost)."""
+    return metric.split("_", 1)[0]
+
+
+def retargeted(kube: pa.Table, targets: list[str]) -> pa.Table:
+    """The kube table with its `target` column (`<job>/<instance>`) replaced, row by row."""
+    return kube.set_column(kube.schema.get_field_index("target"), "target", pa.array(targets, pa.string()))
+
+
 def scraped_twice(kube: pa.Table, offset_ms: int) -> pa.Table:
     """The kube table as Prometheus would hold it with every exporter (kube-state-metrics, OpenCost, Kueue)
     also scraped by a second job, `offset_ms` later: each row again, under the target `<exporter>-2/...`."""
-    metrics = kube.column("metric").to_pylist()
-    targets = pa.array([f"{m.split('_', 1)[0]}-2/10.0.9.9:8080" for m in metrics], pa.string())
-    second = kube.set_column(
+    later = kube.set_column(
         kube.schema.get_field_index("ts_ms"), "ts_ms", pa.compute.add(kube["ts_ms"], offset_ms)
     )
-    second = second.set_column(second.schema.get_field_index("target"), "target", targets)
-    return pa.concat_tables([kube, second])
+    targets = [f"{exporter(m)}-2/10.0.9.9:8080" for m in kube.column("metric").to_pylist()]
+    return pa.concat_tables([kube, retargeted(later, targets)])
 
 
 @PROPERTY_SETTINGS
@@ -208,10 +216,7 @@ def test_kube_exporters_scraped_by_two_jobs_bill_no_gpu_sample_twice_r1a(
     )
     twice = meter_day(twice_raw, config, spec.cluster, spec.start)
 
-    def rows(marts: dict[str, pa.Table], name: str) -> list[tuple[object, ...]]:
-        return sorted_rows(marts[name])
-
-    assert rows(twice, "mart_pool_daily_cost") == rows(once, "mart_pool_daily_cost")
+    assert sorted_rows(twice["mart_pool_daily_cost"]) == sorted_rows(once["mart_pool_daily_cost"])
     assert total(twice["mart_tenant_daily_cost"], "amount") == total(
         once["mart_pool_daily_cost"], "pool_cost"
     )
@@ -227,7 +232,7 @@ def test_kube_exporters_scraped_by_two_jobs_bill_no_gpu_sample_twice_r1a(
         assert 0 <= grown <= 2 * abs(offset_s) * (row["expected_gpus"] or 0), row["node"]
     if offset_s == 0:
         for name in sorted(n for n in once if n.startswith("mart_")):
-            assert rows(twice, name) == rows(once, name), name
+            assert sorted_rows(twice[name]) == sorted_rows(once[name]), name
 
 
 def with_targets(kube: pa.Table, instance_from_ms: int | None) -> pa.Table:
@@ -236,10 +241,10 @@ def with_targets(kube: pa.Table, instance_from_ms: int | None) -> pa.Table:
     metrics = kube.column("metric").to_pylist()
     times = kube.column("ts_ms").to_pylist()
     targets = [
-        f"{m.split('_', 1)[0]}/10.0.0.{1 if instance_from_ms is None or t < instance_from_ms else 2}:8080"
+        f"{exporter(m)}/10.0.0.{1 if instance_from_ms is None or t < instance_from_ms else 2}:8080"
         for m, t in zip(metrics, times, strict=True)
     ]
-    return kube.set_column(kube.schema.get_field_index("target"), "target", pa.array(targets, pa.string()))
+    return retargeted(kube, targets)
 
 
 def sharded(kube: pa.Table) -> pa.Table:
@@ -250,14 +255,13 @@ def sharded(kube: pa.Table) -> pa.Table:
     for metric, text in zip(
         kube.column("metric").to_pylist(), kube.column("labels").to_pylist(), strict=True
     ):
-        exporter = metric.split("_", 1)[0]
         labels = json.loads(text)
-        if exporter != "kube":
-            targets.append(f"{exporter}/10.0.1.1:8080")
+        if exporter(metric) != "kube":
+            targets.append(f"{exporter(metric)}/10.0.1.1:8080")
             continue
         obj = f"{labels.get('namespace')}/{labels['pod']}" if "pod" in labels else labels.get("node", text)
         targets.append(f"kube/10.0.0.{1 + zlib.crc32(obj.encode()) % 2}:8080")
-    return kube.set_column(kube.schema.get_field_index("target"), "target", pa.array(targets, pa.string()))
+    return retargeted(kube, targets)
 
 
 @PROPERTY_SETTINGS
