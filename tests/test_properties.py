@@ -306,6 +306,45 @@ def test_a_kube_exporter_restarted_under_a_new_address_changes_no_mart_r1a(
         assert sorted_rows(restarted[name]) == sorted_rows(steady[name]), name
 
 
+def rolled_out(kube: pa.Table, new_from_ms: int, old_until_ms: int) -> pa.Table:
+    """The kube table with each exporter rolled out as a Deployment with a surge does it: the old instance
+    (10.0.0.1) scraped until `old_until_ms`, the new one (10.0.0.2) from `new_from_ms` on, both between."""
+    times = kube["ts_ms"]
+    old = kube.filter(pa.compute.less(times, old_until_ms))
+    new = kube.filter(pa.compute.greater_equal(times, new_from_ms))
+    return pa.concat_tables(
+        [
+            retargeted(old, [f"{exporter(m)}/10.0.0.1:8080" for m in old["metric"].to_pylist()]),
+            retargeted(new, [f"{exporter(m)}/10.0.0.2:8080" for m in new["metric"].to_pylist()]),
+        ]
+    )
+
+
+@PROPERTY_SETTINGS
+@given(spec=factories(), restart_s=st.integers(0, 86_399), surge_scrapes=st.integers(1, 3))
+def test_a_kube_exporter_rolled_out_with_a_surge_changes_no_mart_r1a(
+    spec: simulator.FactorySpec, restart_s: int, surge_scrapes: int
+) -> None:
+    """R1a: every kube exporter rolled out at a random second of the day with a surge (the new instance
+    scraped alongside the old one for 1 to 3 scrapes, on the same schedule, then the old one stopped)
+    changes no mart: after the old instance's last scrape, the new one's next ends what the old one showed.
+    Its last samples used to hold for the whole lookback (4 Δ here), the new instance not being new after
+    them."""
+    config = config_for(spec).model_copy(update={"kube_lookback_seconds": 4 * spec.scrape_interval_s})
+    raw = raw_day(spec, spec.start)
+    restart_ms = (spec.start - date(1970, 1, 1)).days * 86_400_000 + restart_s * 1000
+
+    def marts(kube: pa.Table) -> dict[str, pa.Table]:
+        day = RawDay(raw.dcgm, kube, raw.dra_allocations, raw.dra_devices)
+        return meter_day(day, config, spec.cluster, spec.start)
+
+    overlap_ms = surge_scrapes * spec.scrape_interval_s * 1000
+    steady = marts(with_targets(raw.kube, None))
+    surged = marts(rolled_out(raw.kube, restart_ms, restart_ms + overlap_ms))
+    for name in sorted(n for n in steady if n.startswith("mart_")):
+        assert sorted_rows(surged[name]) == sorted_rows(steady[name]), name
+
+
 @PROPERTY_SETTINGS
 @given(
     spec=factories(),

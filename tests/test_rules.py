@@ -560,6 +560,76 @@ def test_r1a_a_restarted_shard_of_kube_state_metrics_ends_only_its_own_samples()
     assert charges(out) == {("team-b", "reserved"): D("1.20"), (IDLE, "idle"): D(0)}
 
 
+def test_r1a_a_kube_state_metrics_rolled_out_with_a_surge_ends_the_old_ones_samples() -> None:
+    """R1a with kube-state-metrics rolled out as a Deployment does by default (maxSurge: the new pod runs
+    before the old one stops): the new instance of the job `ksm` is first scraped 5 s before sample 4, while
+    the old one (20 s before the DCGM grid) still runs; the old one's last scrape, 20 s before sample 5,
+    shows p-dra Running, the new one's next, 5 s before sample 5, shows it Succeeded. The new instance's
+    first scrape after the old one's last ends what the old one showed; the old one's last sample used to
+    hold for the lookback (300 s), since the new instance was first scraped before it."""
+    f = factory().gpu("n1", "GPU-1", H100)
+    f.samples("GPU-1", range(10), util=50)
+    f.slice_device("n1", "gpu-0", uuid="GPU-1")
+    f.claim("ns-b", "claim-1", pool="n1", device="gpu-0", reserved_pod="p-dra")
+    for k in range(-1, 6):
+        f.pod_phase("ns-b", "p-dra", k, "Running", offset_ms=-20_000, target="ksm/10.0.0.1:8080")
+    for k in range(4, 10):
+        phase = "Running" if k == 4 else "Succeeded"
+        f.pod_phase("ns-b", "p-dra", k, phase, offset_ms=-5_000, target="ksm/10.0.0.2:8080")
+    out = meter(f)
+
+    # By hand: Running from before the day until 5 s before sample 5: samples 0-4, 300 s, 0.30 (with the
+    # old instance's last sample held for 300 s: all 10 samples).
+    assert holder(out, "p-dra")["device_seconds"] == D(300)
+    assert charges(out) == {("team-b", "reserved"): D("0.30"), (IDLE, "idle"): D("0.30")}
+    assert categories(out) == {"allocated_active": D(300), "unallocated": D(300)}
+
+
+def test_r1a_a_pod_deleted_during_a_surge_rollout_of_kube_state_metrics_ends_there() -> None:
+    """R1a, the surge rollout above with p-dra deleted between the old instance's last scrape (20 s before
+    sample 5, Running) and the new one's next (5 s before sample 5), which no longer shows it; the new
+    instance showed it Running at its first scrape, 5 s before sample 4. A pod it showed and no longer
+    shows has ended; p-other, shown by the new instance to the end, keeps its scrapes in the table."""
+    f = factory().gpu("n1", "GPU-1", H100)
+    f.samples("GPU-1", range(10), util=50)
+    f.slice_device("n1", "gpu-0", uuid="GPU-1")
+    f.claim("ns-b", "claim-1", pool="n1", device="gpu-0", reserved_pod="p-dra")
+    for k in range(-1, 6):
+        f.pod_phase("ns-b", "p-dra", k, "Running", offset_ms=-20_000, target="ksm/10.0.0.1:8080")
+        f.pod_phase("ns-b", "p-other", k, "Running", offset_ms=-20_000, target="ksm/10.0.0.1:8080")
+    for k in range(4, 10):
+        if k == 4:
+            f.pod_phase("ns-b", "p-dra", k, "Running", offset_ms=-5_000, target="ksm/10.0.0.2:8080")
+        f.pod_phase("ns-b", "p-other", k, "Running", offset_ms=-5_000, target="ksm/10.0.0.2:8080")
+    out = meter(f)
+
+    # By hand: Running until 5 s before sample 5: samples 0-4, 300 s (held for 300 s: all 10 samples).
+    assert holder(out, "p-dra")["device_seconds"] == D(300)
+    assert charges(out) == {("team-b", "reserved"): D("0.30"), (IDLE, "idle"): D("0.30")}
+
+
+def test_r1a_a_kube_state_metrics_job_removed_leaves_the_other_jobs_reading() -> None:
+    """R1a with kube-state-metrics scraped by two jobs, A (20 s before the DCGM grid) and B (10 s after), and
+    A's job removed after its scrape 5: A last shows p-dra Running 20 s before sample 5, B shows it Running
+    10 s after sample 4 and Succeeded 10 s after sample 5. B's next scrape ends what A last showed; A's
+    last sample used to hold for the lookback, whatever B said."""
+    f = factory().gpu("n1", "GPU-1", H100)
+    f.samples("GPU-1", range(10), util=50)
+    f.slice_device("n1", "gpu-0", uuid="GPU-1")
+    f.claim("ns-b", "claim-1", pool="n1", device="gpu-0", reserved_pod="p-dra")
+    for k in range(-1, 10):
+        phase = "Running" if k <= 4 else "Succeeded"
+        if k <= 5:
+            f.pod_phase("ns-b", "p-dra", k, "Running", offset_ms=KSM_A[1], target=KSM_A[0])
+        f.pod_phase("ns-b", "p-dra", k, phase, offset_ms=KSM_B[1], target=KSM_B[0])
+    out = meter(f)
+
+    # By hand: Running from before the day until B's scrape 10 s after sample 5 shows it Succeeded (A's last
+    # Running, 20 s before sample 5, stands until then): samples 0-5, 360 s, 0.36.
+    assert holder(out, "p-dra")["device_seconds"] == D(360)
+    assert charges(out) == {("team-b", "reserved"): D("0.36"), (IDLE, "idle"): D("0.24")}
+
+
 def test_r4_expected_capacity_counts_each_moment_once_when_two_targets_report_a_node() -> None:
     """R4 coverage with kube-state-metrics scraped by two jobs (n1: A and B at every scrape) and with a
     restarted exporter (n3: an old target until scrape 4, a new one from scrape 4 on, 25 s later): each moment
