@@ -103,6 +103,32 @@ def test_a_queue_scraped_by_two_jobs_reads_twice_and_its_check_warns() -> None:
     assert check.metadata["samples_by_queue"].data == {"c1/cq-twice/default-flavor/nvidia.com/gpu": 2880}
 
 
+def test_a_queue_scraped_every_other_interval_reads_half_and_its_check_warns() -> None:
+    """Each Kueue sample stands for Δ (docs/tariffs.md), so a queue scraped every 2 Δ (Kueue's own scrape
+    interval set to 120 s, Δ 60 s) has half the day's samples and reads half its quota-seconds: its samples
+    lie 120 s apart, and the check names it. The queue scraped every Δ passes, 60 s apart."""
+    f = factory().gpu("n1", "GPU-1", H100)
+    f.samples("GPU-1", range(2), util=50, pod=P1)
+    for k in range(f.samples_per_day):
+        f.kueue_cluster_queue("cq-once", k, nominal_quota=4, target="kueue/10.0.1.1:8080")
+        if k % 2 == 0:
+            f.kueue_cluster_queue("cq-slow", k, nominal_quota=4, target="kueue-slow/10.0.1.2:8080")
+    config = make_config(tenants=TENANTS)
+    out = meter(f, config)
+
+    once = one(out, "mart_queue_quota_usage", cluster_queue="cq-once")
+    assert (once["samples"], once["sample_interval_s"]) == (1440, 60.0)
+    slow = one(out, "mart_queue_quota_usage", cluster_queue="cq-slow")
+    assert (slow["samples"], slow["sample_interval_s"]) == (720, 120.0)
+    assert slow["nominal_quota_seconds"] == D(4 * 43_200)  # 720 samples × 60 s × 4 GPUs
+    check = kueue_sampled_once_per_interval({"c1": out}, config)
+    assert not check.passed and check.severity.value == "WARN"
+    assert check.metadata["seconds_between_samples_by_queue"].data == {
+        "c1/cq-slow/default-flavor/nvidia.com/gpu": 120.0
+    }
+    assert check.metadata["samples_by_queue"].data == {}
+
+
 def test_the_kueue_check_passes_on_the_hand_made_day() -> None:
     config = make_config(tenants=TENANTS)
     assert kueue_sampled_once_per_interval({"c1": meter(quota_day(), config)}, config).passed

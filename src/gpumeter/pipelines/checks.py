@@ -67,13 +67,17 @@ CHECK_SPECS = [
     AssetCheckSpec(
         "kueue_sampled_once_per_interval",
         asset="mart_queue_quota_usage",
-        description="At most one Kueue sample per queue and scrape interval: each stands for Δ (docs/tariffs.md).",
+        description="One Kueue sample per queue and scrape interval, no more and no less often: each stands "
+        "for Δ (docs/tariffs.md).",
     ),
 ]
 
 # A queue's samples may exceed the day's scrape intervals by this fraction (a drifting scrape schedule)
 # before its quota-seconds read high.
 KUEUE_SAMPLES_SLACK = 0.01
+# A queue whose samples lie further apart than this many Δ (their median) was scraped less often than Δ, and
+# its quota-seconds read low; the same factor as the Prometheus pull's warning for a slow target.
+KUEUE_SLOW_INTERVALS = 1.5
 
 
 def _sum(table: pa.Table, column: str, where: dict[str, str] | None = None) -> Decimal:
@@ -221,23 +225,30 @@ def quarantined_samples(marts_by_cluster: dict[str, dict[str, pa.Table]]) -> Ass
 def kueue_sampled_once_per_interval(
     marts_by_cluster: dict[str, dict[str, pa.Table]], config: Config
 ) -> AssetCheckResult:
-    """Warns where a Kueue queue has more samples than the day has scrape intervals: Kueue scraped more often
-    than `scrape_interval_seconds`, or by two jobs at once. Each sample stands for Δ, so its quota-seconds
-    read that many times too high (docs/tariffs.md)."""
-    queues: dict[str, int] = {}
+    """Warns where a Kueue queue was not sampled once every Δ. More samples than the day has scrape intervals:
+    Kueue scraped more often than `scrape_interval_seconds`, or by two jobs at once. Samples further apart
+    than 1.5 Δ (their median): Kueue scraped less often. Each sample stands for Δ, so the quota-seconds of
+    such a queue read that many times too high, or too low (docs/tariffs.md)."""
+    too_many: dict[str, int] = {}
+    too_few: dict[str, float] = {}
     for cluster, marts in marts_by_cluster.items():
-        intervals = 86_400 // config.scrape_interval_of(cluster)
+        interval_s = config.scrape_interval_of(cluster)
+        intervals = 86_400 // interval_s
         for row in marts["mart_queue_quota_usage"].to_pylist():
+            key = f"{cluster}/{row['cluster_queue']}/{row['flavor']}/{row['resource']}"
             if row["samples"] > intervals * (1 + KUEUE_SAMPLES_SLACK):
-                key = f"{cluster}/{row['cluster_queue']}/{row['flavor']}/{row['resource']}"
-                queues[key] = row["samples"]
+                too_many[key] = row["samples"]
+            spacing = row["sample_interval_s"]
+            if spacing is not None and spacing > KUEUE_SLOW_INTERVALS * interval_s:
+                too_few[key] = spacing
     return AssetCheckResult(
         check_name="kueue_sampled_once_per_interval",
         asset_key="mart_queue_quota_usage",
-        passed=not queues,
+        passed=not too_many and not too_few,
         severity=AssetCheckSeverity.WARN,
         metadata={
-            "samples_by_queue": MetadataValue.json(dict(sorted(queues.items()))),
+            "samples_by_queue": MetadataValue.json(dict(sorted(too_many.items()))),
+            "seconds_between_samples_by_queue": MetadataValue.json(dict(sorted(too_few.items()))),
             "what_to_do": "scrape Kueue once, every scrape_interval_seconds (or set it to Kueue's interval)",
         },
     )

@@ -16,7 +16,10 @@ queue_samples as (
         max(cohort) as cohort,
         max(value) filter (where quantity = 'nominal_quota') as nominal_quota,
         max(value) filter (where quantity = 'resource_usage') as used,
-        max(value) filter (where quantity = 'borrowing_limit') as borrowing_limit
+        max(value) filter (where quantity = 'borrowing_limit') as borrowing_limit,
+        -- How often the queue was sampled: each sample stands for Δ (docs/tariffs.md), so a queue sampled
+        -- less often reads low (checks.kueue_sampled_once_per_interval).
+        ts_ms - lag(ts_ms) over (partition by cluster, cluster_queue, flavor, resource order by ts_ms) as since_prev_ms
     from stg_kueue_queue_samples
     where cluster_queue is not null and quantity <> 'local_queue_usage'
     group by cluster, ts_ms, cluster_queue, flavor, resource
@@ -30,6 +33,7 @@ per_day as (
         flavor,
         resource,
         count(*) as samples,
+        median(since_prev_ms) / 1000.0 as sample_interval_s,
         sum(sample_seconds(nominal_quota)) as nominal_quota_seconds,
         sum(sample_seconds(used)) as used_seconds,
         -- Usage above the nominal quota is borrowed from the cohort.
@@ -53,6 +57,7 @@ select
     d.resource,
     q.tenant,
     d.samples,
+    d.sample_interval_s,
     d.nominal_quota_seconds,
     d.used_seconds,
     d.borrowed_seconds,
