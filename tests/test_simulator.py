@@ -462,15 +462,16 @@ def test_pods_hold_gpus_only_while_running_and_exist_only_in_their_lifetime(demo
     con.register("d", sim.dcgm)
     con.register("k", sim.kube)
     assert con.execute(NOT_RUNNING).fetchall()[0][0] == 0
-    # every pod: one phase is 1 at every sample of its life, and its samples are contiguous
+    # every pod: one phase is 1 at every sample of its life (per kube-state-metrics instance: both show it
+    # during DAY1's rollout), and its samples are contiguous
     phases = con.execute(
-        "select json_extract_string(labels,'$.uid') as uid, ts_ms, sum(value), count(*) from k "
+        "select json_extract_string(labels,'$.uid') as uid, ts_ms, target, sum(value), count(*) from k "
         "where metric='kube_pod_status_phase' group by all having sum(value) != 1 or count(*) != 5"
     ).fetchall()
     assert phases == []
     gaps = con.execute(
         "select uid from (select json_extract_string(labels,'$.uid') as uid, ts_ms from k where metric='kube_pod_info') "
-        "group by uid having (max(ts_ms) - min(ts_ms)) / 30000 + 1 != count(*)"
+        "group by uid having (max(ts_ms) - min(ts_ms)) / 30000 + 1 != count(distinct ts_ms)"
     ).fetchall()
     assert gaps == []
     # some pods start, some end within the day; long-running ones span it
@@ -1002,6 +1003,43 @@ def test_kube_state_metrics_is_scraped_twenty_seconds_before_dcgm_exporter(demo_
         replace(DEMO, ksm_offset_s=30)
 
 
+def test_kube_state_metrics_is_rolled_out_with_a_surge_on_the_events_day(demo_days):
+    """kube-state-metrics under its scrape targets: the old instance before DAY1, the new one after; on DAY1
+    the new one scraped from 10:18:10, the old one until 10:19:40, both in between, each showing every
+    object. OpenCost and Kueue name no target. The short DRA job's pod, deleted at 10:20, is last shown by
+    both at 10:19:40."""
+    old, new = (f"kube-state-metrics/10.0.0.{i}:8080" for i in (1, 2))
+    spans = "select target, min(ts_ms), max(ts_ms), count(*) from k where metric like 'kube_%' group by 1 order by 1"
+    assert sql(spans, k=demo_days[DAY0].kube) == [
+        (
+            old,
+            ms(DAY0) + KSM_PHASE_MS,
+            ms(DAY1) - 20_000,
+            demo_days[DAY0].kube.num_rows
+            - sql("select count(*) from k where metric not like 'kube_%'", k=demo_days[DAY0].kube)[0][0],
+        )
+    ]
+    (first, last) = sql(spans, k=demo_days[DAY1].kube)
+    assert first[:3] == (old, ms(DAY1) + KSM_PHASE_MS, ms(DAY1, 10 + 19 / 60) + 40_000)
+    assert last[:3] == (new, ms(DAY1, 10 + 18 / 60) + 10_000, ms(DAY2) - 20_000)
+    assert [r[0] for r in sql(spans, k=demo_days[DAY2].kube)] == [new]
+    # During the surge both instances show the same rows at the same scrapes.
+    surge = (
+        "select target, count(*), count(distinct ts_ms) from k where metric like 'kube_%' "
+        f"and ts_ms between {ms(DAY1, 10 + 18 / 60) + 10_000} and {ms(DAY1, 10 + 19 / 60) + 40_000} group by 1 order by 1"
+    )
+    (a, b) = sql(surge, k=demo_days[DAY1].kube)
+    assert a[1:] == b[1:] and a[2] == 4
+    assert sql("select distinct target from k where metric not like 'kube_%'", k=demo_days[DAY1].kube) == [
+        (None,)
+    ]
+    job = sql(
+        "select target, max(ts_ms) from k where labels->>'pod' like 'smoke-test-%' group by 1 order by 1",
+        k=demo_days[DAY1].kube,
+    )
+    assert job == [(old, ms(DAY1, 10 + 19 / 60) + 40_000), (new, ms(DAY1, 10 + 19 / 60) + 40_000)]
+
+
 def test_timed_snapshot_files_replace_the_plain_lists(tmp_path):
     spec = SMALL_DYN
     simulator.write_parquet(replace(spec, dra_snapshots_s=0), tmp_path)  # an earlier layout of the folder ...
@@ -1037,8 +1075,9 @@ def parse_replicas(path: Path) -> dict[tuple, dict[str, list[float]]]:
 def test_openmetrics_ha_pair_with_rolling_restarts(tmp_path):
     """Every series twice, replica b 2 s after a; a down 10:05-10:20, b down 10:35-10:50 every day; the
     union of their scrapes (R1, what the Prometheus source keeps) is the single stream exactly. The Parquet
-    output has no replicas."""
-    spec = replace(SMALL_DYN, days=1)
+    output has no replicas. (kube-state-metrics is not rolled out here: a series only its old instance shows,
+    during a's restart, is b's alone.)"""
+    spec = replace(SMALL_DYN, days=1, ksm_rollout=False)
     simulator.write_openmetrics(spec, tmp_path / "single.om", nodes_per_part=2)  # node by node
     simulator.write_openmetrics(replace(spec, ha_replicas=False), tmp_path / "plain.om")
     _f, _c, plain = parse_openmetrics(tmp_path / "plain.om")

@@ -3,6 +3,8 @@ changes during the day), as `gpumeter demo` prints them."""
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 from gpumeter_sim.catalog import MODELS
 from gpumeter_sim.layout import MigInstance, factory_layout, lane_index
 from gpumeter_sim.pods import day_pods
@@ -10,6 +12,7 @@ from gpumeter_sim.spec import (
     CHURN_S,
     RELABEL_S,
     REPLICA_GAPS_S,
+    ROLLOUT_S,
     SHORT_JOB_S,
     WHOLE_HOLD_S,
     FactorySpec,
@@ -115,6 +118,12 @@ def changing_pool(spec: FactorySpec, openmetrics: bool = True) -> list[str]:
         lines.append(f"relabel {day} {_hhmm(RELABEL_S)}Z: {name} team=c -> team=research")
     if spec.ksm_offset_s:
         lines.append(f"kube-state-metrics and OpenCost stamped {spec.ksm_offset_s} s before dcgm-exporter")
+    if spec.ksm_rollout:
+        rollout_day = spec.start + timedelta(days=min(1, spec.days - 1))
+        lines.append(
+            f"kube-state-metrics rolled out {rollout_day} with a surge: the new instance scraped from "
+            f"{_hhmm(ROLLOUT_S[0])}Z, the old one until {_hhmm(ROLLOUT_S[1])}:{ROLLOUT_S[1] % 60:02d}Z"
+        )
     if spec.dra_snapshots_s:
         lines.append(
             f"DRA claims and slices kept as timed snapshots every {spec.dra_snapshots_s // 60} minutes"

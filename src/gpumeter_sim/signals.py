@@ -8,11 +8,12 @@ import hashlib
 import json
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, replace
-from datetime import date
+from datetime import date, timedelta
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from gpumeter.ingest.schema import (
     DCGM_ENERGY,
@@ -41,7 +42,7 @@ from gpumeter_sim.catalog import GIB, KINDS, KUEUE_CLUSTER_QUEUES, KUEUE_COHORT,
 from gpumeter_sim.dra import claim_snapshots, resource_claims, resource_slices, slice_snapshots
 from gpumeter_sim.layout import GpuInfo, Lane, MigInstance, factory_layout, lane_index
 from gpumeter_sim.pods import Pod, day_pods
-from gpumeter_sim.spec import FactorySpec
+from gpumeter_sim.spec import DAY_S, KSM_INSTANCES, KSM_JOB, ROLLOUT_S, FactorySpec
 
 
 class _Rows:
@@ -439,7 +440,35 @@ def _kube_table(ctx: DayContext) -> pa.Table:
     rows = _Rows()
     _kube_rows(ctx, rows)
     columns = {"labels": pa.array(list(rows.labels), type=pa.string())}
-    return rows.table(ctx, RAW_KUBE_SCHEMA, columns, ctx.phase)
+    table = rows.table(ctx, RAW_KUBE_SCHEMA, columns, ctx.phase)
+    return _rolled_out(ctx, table) if ctx.spec.ksm_rollout else table
+
+
+def _rolled_out(ctx: DayContext, kube: pa.Table) -> pa.Table:
+    """kube-state-metrics' rows under its scrape targets (FactorySpec.ksm_rollout): the old instance before
+    the rollout day, the new one after it; on that day the old one until ROLLOUT_S[1], the new one from
+    ROLLOUT_S[0], both in between (a Deployment's surge). OpenCost and Kueue keep no target (their exporter)."""
+    spec = ctx.spec
+    rollout_day = spec.start + timedelta(days=min(1, spec.days - 1))
+    d0_ms = ctx.d0 * 1000
+    old_until, new_from = d0_ms, d0_ms  # a day after the rollout: the new instance all day
+    if ctx.day < rollout_day:
+        old_until = new_from = d0_ms + DAY_S * 1000
+    elif ctx.day == rollout_day:
+        new_from, old_until = (d0_ms + t * 1000 for t in ROLLOUT_S)
+    ksm = pc.starts_with(kube["metric"], "kube_")
+    times = kube["ts_ms"]
+    old = kube.filter(pc.and_(ksm, pc.less(times, old_until)))
+    new = kube.filter(pc.and_(ksm, pc.greater_equal(times, new_from)))
+    old_target, new_target = (f"{KSM_JOB}/{instance}" for instance in KSM_INSTANCES)
+    at = kube.schema.get_field_index("target")
+    parts = [
+        kube.filter(pc.invert(ksm)),
+        old.set_column(at, "target", pa.array([old_target] * old.num_rows, pa.string())),
+        new.set_column(at, "target", pa.array([new_target] * new.num_rows, pa.string())),
+    ]
+    table = pa.concat_tables(parts)
+    return table.take(pc.sort_indices(table, [("ts_ms", "ascending")]))
 
 
 @dataclass(frozen=True)

@@ -47,6 +47,9 @@ class FactorySpec:
     pod_churn: bool = False  # vllm-0 deleted 09:00Z and recreated (new uid); a 20-minute DRA job 10:00Z
     relabel: bool = False  # jupyter-alice-0 relabelled team=c -> team=research at 12:00Z
     ksm_offset_s: int = 0  # kube-state-metrics / OpenCost stamped this many seconds before dcgm-exporter
+    # kube-state-metrics named as a scrape target (job `kube-state-metrics`) and rolled out with a surge at
+    # ROLLOUT_S on the events day: the new instance (10.0.0.2) scraped alongside the old one (10.0.0.1).
+    ksm_rollout: bool = False
     dra_snapshots_s: int = 0  # 0: one plain claims/slices list per day (unknown time); else timed snapshots
 
     def __post_init__(self) -> None:
@@ -79,8 +82,8 @@ class FactorySpec:
 def demo_spec() -> FactorySpec:
     """The demo factory: the defaults plus a pool that changes during its second day (a MIG re-partition, an
     HA Prometheus pair with rolling restarts, a deleted and recreated pod, a short DRA job, a relabel, a
-    re-published ResourceSlice), kube-state-metrics scraped 20 s before dcgm-exporter, and DRA objects kept
-    as timed snapshots every 5 minutes."""
+    re-published ResourceSlice), kube-state-metrics scraped 20 s before dcgm-exporter and rolled out with a
+    surge, and DRA objects kept as timed snapshots every 5 minutes."""
     return FactorySpec(**CHANGING_POOL)
 
 
@@ -91,6 +94,7 @@ CHANGING_POOL: dict[str, Any] = {
     "pod_churn": True,
     "relabel": True,
     "ksm_offset_s": 20,
+    "ksm_rollout": True,
     "dra_snapshots_s": 300,
 }
 
@@ -102,6 +106,11 @@ WHOLE_HOLD_S = (2 * 3600, 10 * 3600)  # the pod holding the GPU that goes MIG, R
 CHURN_S = (9 * 3600, 9 * 3600 + 300)  # vllm-0 deleted and recreated; the new one Running
 SHORT_JOB_S = (10 * 3600, 10 * 3600 + 20, 10 * 3600 + 1200)  # created, Running, deleted (its claim with it)
 RELABEL_S = 12 * 3600
+# ksm_rollout: the new kube-state-metrics instance scraped from the first time on, the old one until the second
+# (exclusive); the short DRA job's pod is deleted 10 s after the old one's last scrape.
+ROLLOUT_S = (10 * 3600 + 18 * 60, 10 * 3600 + 19 * 60 + 50)
+KSM_JOB = "kube-state-metrics"
+KSM_INSTANCES = ("10.0.0.1:8080", "10.0.0.2:8080")
 # ha_replicas: replica "b" stamps 2 s after "a"; rolling restarts (seconds after each day's midnight).
 REPLICA_B_OFFSET_MS = 2000
 REPLICA_GAPS_S = {
@@ -135,6 +144,7 @@ def fleet_spec(gpus: int, cluster: str = "fleet", days: int = 1, **overrides: An
         "pod_churn": False,
         "relabel": False,
         "ksm_offset_s": 0,
+        "ksm_rollout": False,
         "dra_snapshots_s": 0,
     }
     return FactorySpec(**(values | overrides))
