@@ -515,16 +515,23 @@ def test_r1a_kube_state_metrics_scraped_by_two_jobs_bills_each_sample_once() -> 
     assert pool_cost(out) == D("1.20")
 
 
+def dra_held_gpu() -> FactoryBuilder:
+    """GPU-1 on n1, sampled 10 times at 50 % busy, held through a DRA claim by the pod p-dra in ns-b (team-b):
+    kube-state-metrics' phases of p-dra, added by each test, decide for how long."""
+    f = factory().gpu("n1", "GPU-1", H100)
+    f.samples("GPU-1", range(10), util=50)
+    f.slice_device("n1", "gpu-0", uuid="GPU-1")
+    f.claim("ns-b", "claim-1", pool="n1", device="gpu-0", reserved_pod="p-dra")
+    return f
+
+
 def test_r1a_a_kube_state_metrics_restarted_under_a_new_address_ends_the_old_ones_samples() -> None:
     """R1a with kube-state-metrics restarted between its scrapes 4 and 5 under a new address (a new instance of
     the job `ksm`): the old instance last shows p-dra Running 20 s before sample 4, the new one first scrapes
     5 s before sample 5 and shows it Succeeded. The new instance's first scrape ends what the old one showed,
     as the old one's next scrape would have; the old one's last sample used to hold for the lookback (300 s,
     until 20 s before sample 9), billing the DRA pod 4 samples more."""
-    f = factory().gpu("n1", "GPU-1", H100)
-    f.samples("GPU-1", range(10), util=50)
-    f.slice_device("n1", "gpu-0", uuid="GPU-1")
-    f.claim("ns-b", "claim-1", pool="n1", device="gpu-0", reserved_pod="p-dra")
+    f = dra_held_gpu()
     for k in range(-1, 5):
         f.pod_phase("ns-b", "p-dra", k, "Running", offset_ms=-20_000, target="ksm/10.0.0.1:8080")
     for k in range(5, 10):
@@ -567,10 +574,7 @@ def test_r1a_a_kube_state_metrics_rolled_out_with_a_surge_ends_the_old_ones_samp
     shows p-dra Running, the new one's next, 5 s before sample 5, shows it Succeeded. The new instance's
     first scrape after the old one's last ends what the old one showed; the old one's last sample used to
     hold for the lookback (300 s), since the new instance was first scraped before it."""
-    f = factory().gpu("n1", "GPU-1", H100)
-    f.samples("GPU-1", range(10), util=50)
-    f.slice_device("n1", "gpu-0", uuid="GPU-1")
-    f.claim("ns-b", "claim-1", pool="n1", device="gpu-0", reserved_pod="p-dra")
+    f = dra_held_gpu()
     for k in range(-1, 6):
         f.pod_phase("ns-b", "p-dra", k, "Running", offset_ms=-20_000, target="ksm/10.0.0.1:8080")
     for k in range(4, 10):
@@ -590,10 +594,7 @@ def test_r1a_a_pod_deleted_during_a_surge_rollout_of_kube_state_metrics_ends_the
     sample 5, Running) and the new one's next (5 s before sample 5), which no longer shows it; the new
     instance showed it Running at its first scrape, 5 s before sample 4. A pod it showed and no longer
     shows has ended; p-other, shown by the new instance to the end, keeps its scrapes in the table."""
-    f = factory().gpu("n1", "GPU-1", H100)
-    f.samples("GPU-1", range(10), util=50)
-    f.slice_device("n1", "gpu-0", uuid="GPU-1")
-    f.claim("ns-b", "claim-1", pool="n1", device="gpu-0", reserved_pod="p-dra")
+    f = dra_held_gpu()
     for k in range(-1, 6):
         f.pod_phase("ns-b", "p-dra", k, "Running", offset_ms=-20_000, target="ksm/10.0.0.1:8080")
         f.pod_phase("ns-b", "p-other", k, "Running", offset_ms=-20_000, target="ksm/10.0.0.1:8080")
@@ -613,10 +614,7 @@ def test_r1a_a_kube_state_metrics_job_removed_leaves_the_other_jobs_reading() ->
     A's job removed after its scrape 5: A last shows p-dra Running 20 s before sample 5, B shows it Running
     10 s after sample 4 and Succeeded 10 s after sample 5. B's next scrape ends what A last showed; A's
     last sample used to hold for the lookback, whatever B said."""
-    f = factory().gpu("n1", "GPU-1", H100)
-    f.samples("GPU-1", range(10), util=50)
-    f.slice_device("n1", "gpu-0", uuid="GPU-1")
-    f.claim("ns-b", "claim-1", pool="n1", device="gpu-0", reserved_pod="p-dra")
+    f = dra_held_gpu()
     for k in range(-1, 10):
         phase = "Running" if k <= 4 else "Succeeded"
         if k <= 5:
