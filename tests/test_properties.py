@@ -208,6 +208,7 @@ def test_kube_exporters_scraped_by_two_jobs_bill_no_gpu_sample_twice_r1a(
     GPU sample is still observed and priced once (the pool's GPU-seconds and cost per node do not move),
     R13 and R11 hold, and a node's expected GPU-seconds grow by at most the offset at each end of its day. At
     the same timestamps nothing at all changes."""
+    spec = replace(spec, ksm_rollout=False)  # the test names the kube exporters' targets itself
     config = config_for(spec)
     raw = raw_day(spec, spec.start)
     once = meter_day(raw, config, spec.cluster, spec.start)
@@ -270,6 +271,7 @@ def test_kube_state_metrics_sharded_by_object_changes_no_mart_r1a(spec: simulato
     """R1a: kube-state-metrics sharded by object (a pod's series from one instance, its node's perhaps from the
     other, scraped at the same times) changes no mart: each series is read on its own target's scrapes, and
     a pod's requests count on its node whichever instance shows them."""
+    spec = replace(spec, ksm_rollout=False)  # the test names the kube exporters' targets itself
     config = config_for(spec)
     raw = raw_day(spec, spec.start)
 
@@ -292,6 +294,7 @@ def test_a_kube_exporter_restarted_under_a_new_address_changes_no_mart_r1a(
     old one's last showed, as the old one's next scrape would have. Its last samples used to hold for the
     whole lookback, billing a pod that ended just after the restart for longer; kube_lookback_seconds is
     4 Δ here so that such a difference would show."""
+    spec = replace(spec, ksm_rollout=False)  # the test names the kube exporters' targets itself
     config = config_for(spec).model_copy(update={"kube_lookback_seconds": 4 * spec.scrape_interval_s})
     raw = raw_day(spec, spec.start)
     restart_ms = (spec.start - date(1970, 1, 1)).days * 86_400_000 + restart_s * 1000
@@ -330,6 +333,7 @@ def test_a_kube_exporter_rolled_out_with_a_surge_changes_no_mart_r1a(
     changes no mart: after the old instance's last scrape, the new one's next ends what the old one showed.
     Its last samples used to hold for the whole lookback (4 Δ here), the new instance not being new after
     them."""
+    spec = replace(spec, ksm_rollout=False)  # the test names the kube exporters' targets itself
     config = config_for(spec).model_copy(update={"kube_lookback_seconds": 4 * spec.scrape_interval_s})
     raw = raw_day(spec, spec.start)
     restart_ms = (spec.start - date(1970, 1, 1)).days * 86_400_000 + restart_s * 1000

@@ -151,7 +151,9 @@ shared_nodes as (
 ),
 shared_counted as (
     -- For such a node each moment counts once: a sample stands until the node's next sample from any
-    -- target (the latest sample tells the node's state), and never longer than it would alone.
+    -- target (the latest sample tells the node's state), and never longer than it would alone. Two targets'
+    -- samples at one time (a surge rollout, two jobs scraped at once) are ordered by target, so that the
+    -- moment counts for the last of them, the same one on every run (R15).
     select cluster, scrape_target, node, at_index, sum(counted_ms) as counted_ms
     from (
         select
@@ -163,7 +165,10 @@ shared_counted as (
                 s.ts_ms,
                 least(
                     s.stands_until_ms,
-                    coalesce(lead(s.ts_ms) over (partition by n.cluster, n.node order by s.ts_ms), s.stands_until_ms)
+                    coalesce(
+                        lead(s.ts_ms) over (partition by n.cluster, n.node order by s.ts_ms, n.scrape_target),
+                        s.stands_until_ms
+                    )
                 )
             ) as counted_ms
         from states as n
