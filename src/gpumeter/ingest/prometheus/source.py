@@ -44,6 +44,7 @@ from gpumeter.ingest.prometheus.promql import nonzero_screen_query, raw_samples_
 from gpumeter.ingest.prometheus.transport import PrometheusTransport, PullAborted, TooLarge
 from gpumeter.ingest.prometheus.windows import (
     ReplicaDedupe,
+    SharedGpus,
     Span,
     chunks,
     day_parts,
@@ -71,6 +72,15 @@ class Queries(NamedTuple):
 
     pool: ThreadPoolExecutor
     stop: threading.Event
+
+
+class Fetched(NamedTuple):
+    """A window's answers by series, with their margins, and the GPUs seen through more than one stream of
+    scrapes among them (ReplicaDedupe.shared_gpus): worked out once per window, for the margins and the
+    dedupe both."""
+
+    series: SeriesByLabels
+    shared: SharedGpus
 
 
 def _cause(errors: Iterable[BaseException | None], otherwise: BaseException) -> BaseException:
@@ -187,13 +197,13 @@ class PrometheusRawSource:
         # another makes the tables.
         fetcher = ThreadPoolExecutor(2, thread_name_prefix="gpumeter-prom-fetch")
         maker = ThreadPoolExecutor(1, thread_name_prefix="gpumeter-prom-part")
-        fetched: dict[int, Future[SeriesByLabels]] = {}
+        fetched: dict[int, Future[Fetched]] = {}
         made: dict[int, Future[tuple[pa.Table, pa.Table | KubeSeries]]] = {}
 
         failed = threading.Event()
         with self._queries() as queries:
 
-            def fetch_part(i: int) -> SeriesByLabels:
+            def fetch_part(i: int) -> Fetched:
                 if failed.is_set():  # a part before failed: its error is the pull's, nothing more is asked
                     raise PullAborted
                 try:
@@ -208,9 +218,9 @@ class PrometheusRawSource:
 
             def make(i: int) -> None:
                 if i < len(parts):
-                    series = fetched.pop(i)
+                    answers = fetched.pop(i)
                     made[i] = maker.submit(
-                        lambda: self._tables(cluster, series.result(), *parts[i], warned, pull_form)
+                        lambda: self._tables(cluster, answers.result(), *parts[i], warned, pull_form)
                     )
 
             try:
@@ -244,8 +254,8 @@ class PrometheusRawSource:
         """Raw samples with start_ms <= ts < end_ms, plus the DRA objects of that window."""
         self._reset_counts()
         with self._queries() as queries:
-            series = self._fetch_series(start_ms, end_ms, queries)
-        dcgm, kube = self._tables(cluster, series, start_ms, end_ms, set(), False)
+            fetched = self._fetch_series(start_ms, end_ms, queries)
+        dcgm, kube = self._tables(cluster, fetched, start_ms, end_ms, set(), False)
         allocations, devices, snapshot = self._k8s_objects(cluster, start_ms, end_ms)
         return RawDay(dcgm, kube, allocations, devices, snapshot)
 
@@ -271,7 +281,7 @@ class PrometheusRawSource:
                 stop.set()
                 pool.shutdown(wait=True, cancel_futures=True)
 
-    def _fetch_series(self, start_ms: int, end_ms: int, queries: Queries) -> SeriesByLabels:
+    def _fetch_series(self, start_ms: int, end_ms: int, queries: Queries) -> Fetched:
         """The answers for [start_ms, end_ms) by series, with the margins the replica dedupe needs.
 
         Replica dedupe decides a sample from the target's other replicas' scrapes within a few Δ of it
@@ -283,9 +293,10 @@ class PrometheusRawSource:
         screened = {DCGM_XID} & set(self.dcgm_metrics) if self.spec.pushdown else set()
         series: SeriesByLabels = {}
         self._pull(series, [m for m, _ in metrics], screened, [(start_ms, end_ms)], queries)
+        shared = self.replicas.shared_gpus(series.values())
         margin = 0
-        while self.replicas.has_replicas(series.values()):
-            need = self.replicas.margin_ms(series.values())
+        while self.replicas.has_replicas(series.values(), shared):
+            need = self.replicas.margin_ms(series.values(), shared)
             if need <= margin:
                 break
             # The margins carry no screened metric: its samples share the scrapes of the target's other
@@ -293,12 +304,13 @@ class PrometheusRawSource:
             unscreened = [m for m, _ in metrics if m not in screened]
             self._pull(series, unscreened, set(), margins(start_ms, end_ms, margin, need), queries)
             margin = need
-        return series
+            shared = self.replicas.shared_gpus(series.values())  # the margins may show more streams
+        return Fetched(series, shared)
 
     def _tables(
         self,
         cluster: str,
-        series: SeriesByLabels,
+        fetched: Fetched,
         start_ms: int,
         end_ms: int,
         warned: set[tuple[str, str]],
@@ -308,7 +320,8 @@ class PrometheusRawSource:
         pull's form (`fetch_day_series_parts`) the kube samples as KubeSeries and the DCGM string columns
         dictionary-encoded, for the staged writer."""
         kinds = {m: "dcgm" for m in self.dcgm_metrics} | {m: "kube" for m in self.kube_metrics}
-        merged = self.replicas.dedupe(list(series.values()), start_ms, end_ms, warned)
+        series = list(fetched.series.values())
+        merged = self.replicas.dedupe(series, start_ms, end_ms, warned, fetched.shared)
         dcgm_series = [s for s in merged if kinds.get(s.labels.get("__name__", "")) == "dcgm"]
         kube_samples = [s for s in merged if kinds.get(s.labels.get("__name__", "")) == "kube"]
         self._warn_foreign_clusters(cluster, merged, warned)

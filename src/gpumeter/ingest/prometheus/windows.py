@@ -90,6 +90,8 @@ Gpu = tuple[str, ...]  # (cluster, host, UUID)
 # What the dedupe decides together: an HA target's series (0, its target), or a shared GPU's series (1, the
 # GPU: ReplicaDedupe.shared_gpus).
 Group = tuple[int, tuple[str, ...]]
+# The GPUs seen through more than one stream of scrapes, with their streams (ReplicaDedupe.shared_gpus).
+SharedGpus = dict[Gpu, set[tuple[Target, Replica]]]
 _HOST_LABELS = dict(DCGM_LABEL_COLUMNS)["hostname"]
 _UUID_LABELS = dict(DCGM_LABEL_COLUMNS)["uuid"]
 
@@ -144,7 +146,7 @@ class ReplicaDedupe:
             self._gpu_targets[series.key] = found
             return found
 
-    def shared_gpus(self, series: Iterable[Series]) -> dict[Gpu, set[tuple[Target, Replica]]]:
+    def shared_gpus(self, series: Iterable[Series]) -> SharedGpus:
         """The GPUs seen through more than one stream of scrapes that HA dedupe alone would not merge, with
         their streams (target, replica; () for a series without a replica label): from more than one
         target, or from one target both with and without a replica label (a querier that deduplicates some
@@ -163,9 +165,7 @@ class ReplicaDedupe:
             if len({t for t, _ in seen}) > 1 or len({bool(r) for _, r in seen}) > 1
         }
 
-    def _group(
-        self, series: Series, shared: dict[Gpu, set[tuple[Target, Replica]]]
-    ) -> tuple[Group, Replica] | None:
+    def _group(self, series: Series, shared: SharedGpus) -> tuple[Group, Replica] | None:
         """What a series is deduped with, and as which replica; None for a series that is not deduped. A
         shared GPU (shared_gpus) is one group whose replicas are its streams: its target (instance, job), then
         its replica labels' values, in name order (a series without a replica label first)."""
@@ -178,12 +178,13 @@ class ReplicaDedupe:
             return None
         return (0, self.target_of(series.labels)), replica
 
-    def has_replicas(self, series: Iterable[Series]) -> bool:
-        """Whether any series is deduped with others (HA replicas, or a shared GPU's streams)."""
+    def has_replicas(self, series: Iterable[Series], shared: SharedGpus | None = None) -> bool:
+        """Whether any series is deduped with others (HA replicas, or a shared GPU's streams). `shared`: the
+        series' shared_gpus, where the caller has them already."""
         series = list(series)
         if self.replica_labels and any(self._replica(s) for s in series):
             return True
-        return bool(self.shared_gpus(series))
+        return bool(self.shared_gpus(series) if shared is None else shared)
 
     def target_of(self, labels: dict[str, str]) -> Target:
         """The scrape target of a series: (cluster, job, instance). A series without either (federated, or
@@ -199,9 +200,11 @@ class ReplicaDedupe:
         namespace = labels.get("__name__", "").split("_", 1)[0]
         return (target[0], "", "", f"exporter={namespace}")
 
-    def _replicas_per_group(self, series: Iterable[Series]) -> dict[Group, set[Replica]]:
+    def _replicas_per_group(
+        self, series: Iterable[Series], shared: SharedGpus | None
+    ) -> dict[Group, set[Replica]]:
         series = list(series)
-        shared = self.shared_gpus(series)
+        shared = self.shared_gpus(series) if shared is None else shared
         out: dict[Group, set[Replica]] = defaultdict(set)
         for s in series:
             found = self._group(s, shared)
@@ -209,15 +212,20 @@ class ReplicaDedupe:
                 out[found[0]].add(found[1])
         return out
 
-    def margin_ms(self, series: Iterable[Series]) -> int:
+    def margin_ms(self, series: Iterable[Series], shared: SharedGpus | None = None) -> int:
         """How far beyond a window the dedupe of its samples looks: the n-th replica of a group (0-based)
         is decided from the kept scrapes within Δ/2 of it, which were decided from within Δ/2 of them...:
         n × Δ/2. At least Δ (two or three replicas)."""
-        most = max((len(r) for r in self._replicas_per_group(series).values()), default=1)
+        most = max((len(r) for r in self._replicas_per_group(series, shared).values()), default=1)
         return max(self.scrape_interval_ms, (most - 1) * (self.scrape_interval_ms // 2))
 
     def dedupe(
-        self, series: list[Series], start_ms: int, end_ms: int, warned: set[tuple[str, str]]
+        self,
+        series: list[Series],
+        start_ms: int,
+        end_ms: int,
+        warned: set[tuple[str, str]],
+        shared: SharedGpus | None = None,
     ) -> list[Series]:
         """The samples with start_ms <= ts < end_ms of the union of the replicas' scrapes (R1), one sample
         per scrape, decided per scrape target (docs/prometheus.md, "HA pairs"), one array per series:
@@ -232,7 +240,7 @@ class ReplicaDedupe:
         `series` holds one entry per label set (SeriesByLabels' values). A series without a replica label is
         not deduped. `series` may reach beyond the window (its
         margins): they inform the decision and are dropped after it. `warned` holds what this pull has
-        warned about already."""
+        warned about already; `shared`, the series' shared_gpus where the caller has them already."""
 
         def window(ts: np.ndarray) -> np.ndarray:
             return (ts >= start_ms) & (ts < end_ms)
@@ -243,7 +251,7 @@ class ReplicaDedupe:
             if len(ts):
                 append_series(out, labels, ts, values)
 
-        shared = self.shared_gpus(series)
+        shared = self.shared_gpus(series) if shared is None else shared
         by_group: dict[Group, dict[Replica, list[Series]]] = defaultdict(lambda: defaultdict(list))
         single: list[Series] = []  # the series deduped with no other, in the window
         for s in series:
@@ -293,7 +301,7 @@ class ReplicaDedupe:
     def _warn_shared(
         self,
         gpus: set[Gpu],
-        shared: dict[Gpu, set[tuple[Target, Replica]]],
+        shared: SharedGpus,
         span: Span,
         warned: set[tuple[str, str]],
     ) -> None:
@@ -361,4 +369,4 @@ def _joined(arrays: list[np.ndarray]) -> np.ndarray:
     return arrays[0] if len(arrays) == 1 else np.concatenate(arrays)
 
 
-__all__ = ["ReplicaDedupe", "Span", "chunks", "day_parts", "margins", "split_when_too_large"]
+__all__ = ["ReplicaDedupe", "SharedGpus", "Span", "chunks", "day_parts", "margins", "split_when_too_large"]
