@@ -3,8 +3,6 @@ changes during the day), as `gpumeter demo` prints them."""
 
 from __future__ import annotations
 
-from datetime import timedelta
-
 from gpumeter_sim.catalog import MODELS
 from gpumeter_sim.layout import MigInstance, factory_layout, lane_index
 from gpumeter_sim.pods import day_pods
@@ -119,9 +117,8 @@ def changing_pool(spec: FactorySpec, openmetrics: bool = True) -> list[str]:
     if spec.ksm_offset_s:
         lines.append(f"kube-state-metrics and OpenCost stamped {spec.ksm_offset_s} s before dcgm-exporter")
     if spec.ksm_rollout:
-        rollout_day = spec.start + timedelta(days=min(1, spec.days - 1))
         lines.append(
-            f"kube-state-metrics rolled out {rollout_day} with a surge: the new instance scraped from "
+            f"kube-state-metrics rolled out {spec.changing_day} with a surge: the new instance scraped from "
             f"{_hhmm(ROLLOUT_S[0])}Z, the old one until {_hhmm(ROLLOUT_S[1])}:{ROLLOUT_S[1] % 60:02d}Z"
         )
     if spec.dra_snapshots_s:

@@ -339,7 +339,7 @@ def _place_events(
     re-partition: the old layout's lanes end, new lanes for the new instances are appended."""
     if not (spec.mig_repartition or spec.pod_churn or spec.relabel):
         return {}
-    day = spec.start + timedelta(days=min(1, spec.days - 1))
+    day = spec.changing_day
     d0 = epoch(day)
     out: dict[str, Any] = {"events_day": day}
     if spec.mig_repartition:

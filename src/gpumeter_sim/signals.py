@@ -8,7 +8,7 @@ import hashlib
 import json
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, replace
-from datetime import date, timedelta
+from datetime import date
 from typing import Any
 
 import numpy as np
@@ -448,8 +448,7 @@ def _rolled_out(ctx: DayContext, kube: pa.Table) -> pa.Table:
     """kube-state-metrics' rows under its scrape targets (FactorySpec.ksm_rollout): the old instance before
     the rollout day, the new one after it; on that day the old one until ROLLOUT_S[1], the new one from
     ROLLOUT_S[0], both in between (a Deployment's surge). OpenCost and Kueue keep no target (their exporter)."""
-    spec = ctx.spec
-    rollout_day = spec.start + timedelta(days=min(1, spec.days - 1))
+    rollout_day = ctx.spec.changing_day
     d0_ms = ctx.d0 * 1000
     old_until, new_from = d0_ms, d0_ms  # a day after the rollout: the new instance all day
     if ctx.day < rollout_day:

@@ -78,6 +78,11 @@ class FactorySpec:
     def day_list(self) -> list[date]:
         return [self.start + timedelta(days=i) for i in range(self.days)]
 
+    @property
+    def changing_day(self) -> date:
+        """The day the changing pool's events happen (the flags above): the second day, or the only one."""
+        return self.start + timedelta(days=min(1, self.days - 1))
+
 
 def demo_spec() -> FactorySpec:
     """The demo factory: the defaults plus a pool that changes during its second day (a MIG re-partition, an

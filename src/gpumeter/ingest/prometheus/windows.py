@@ -178,13 +178,12 @@ class ReplicaDedupe:
             return None
         return (0, self.target_of(series.labels)), replica
 
-    def has_replicas(self, series: Iterable[Series], shared: SharedGpus | None = None) -> bool:
-        """Whether any series is deduped with others (HA replicas, or a shared GPU's streams). `shared`: the
-        series' shared_gpus, where the caller has them already."""
-        series = list(series)
+    def has_replicas(self, series: Iterable[Series], shared: SharedGpus) -> bool:
+        """Whether any series is deduped with others (HA replicas, or a shared GPU's streams: `shared`, the
+        series' shared_gpus)."""
         if self.replica_labels and any(self._replica(s) for s in series):
             return True
-        return bool(self.shared_gpus(series) if shared is None else shared)
+        return bool(shared)
 
     def target_of(self, labels: dict[str, str]) -> Target:
         """The scrape target of a series: (cluster, job, instance). A series without either (federated, or
@@ -200,11 +199,7 @@ class ReplicaDedupe:
         namespace = labels.get("__name__", "").split("_", 1)[0]
         return (target[0], "", "", f"exporter={namespace}")
 
-    def _replicas_per_group(
-        self, series: Iterable[Series], shared: SharedGpus | None
-    ) -> dict[Group, set[Replica]]:
-        series = list(series)
-        shared = self.shared_gpus(series) if shared is None else shared
+    def _replicas_per_group(self, series: Iterable[Series], shared: SharedGpus) -> dict[Group, set[Replica]]:
         out: dict[Group, set[Replica]] = defaultdict(set)
         for s in series:
             found = self._group(s, shared)
@@ -212,7 +207,7 @@ class ReplicaDedupe:
                 out[found[0]].add(found[1])
         return out
 
-    def margin_ms(self, series: Iterable[Series], shared: SharedGpus | None = None) -> int:
+    def margin_ms(self, series: Iterable[Series], shared: SharedGpus) -> int:
         """How far beyond a window the dedupe of its samples looks: the n-th replica of a group (0-based)
         is decided from the kept scrapes within Δ/2 of it, which were decided from within Δ/2 of them...:
         n × Δ/2. At least Δ (two or three replicas)."""
@@ -225,7 +220,7 @@ class ReplicaDedupe:
         start_ms: int,
         end_ms: int,
         warned: set[tuple[str, str]],
-        shared: SharedGpus | None = None,
+        shared: SharedGpus,
     ) -> list[Series]:
         """The samples with start_ms <= ts < end_ms of the union of the replicas' scrapes (R1), one sample
         per scrape, decided per scrape target (docs/prometheus.md, "HA pairs"), one array per series:
@@ -240,7 +235,7 @@ class ReplicaDedupe:
         `series` holds one entry per label set (SeriesByLabels' values). A series without a replica label is
         not deduped. `series` may reach beyond the window (its
         margins): they inform the decision and are dropped after it. `warned` holds what this pull has
-        warned about already; `shared`, the series' shared_gpus where the caller has them already."""
+        warned about already; `shared` is the series' shared_gpus."""
 
         def window(ts: np.ndarray) -> np.ndarray:
             return (ts >= start_ms) & (ts < end_ms)
@@ -251,7 +246,6 @@ class ReplicaDedupe:
             if len(ts):
                 append_series(out, labels, ts, values)
 
-        shared = self.shared_gpus(series) if shared is None else shared
         by_group: dict[Group, dict[Replica, list[Series]]] = defaultdict(lambda: defaultdict(list))
         single: list[Series] = []  # the series deduped with no other, in the window
         for s in series:
