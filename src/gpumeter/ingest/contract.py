@@ -18,6 +18,10 @@ from gpumeter.config import Config
 from gpumeter.ingest.kube_spans import KubeSeries
 from gpumeter.ingest.schema import RAW_TABLES
 
+# Samples of one stream further apart than this many scrape intervals (Δ) mean the exporter was scraped less often
+# than Δ, while each sample stands for Δ: said by the Prometheus pull (HA targets) and the Kueue check alike.
+SLOW_SCRAPE_INTERVALS = 1.5
+
 
 class SourceError(RuntimeError):
     """Raw data could not be read; names the file or endpoint and what to do."""

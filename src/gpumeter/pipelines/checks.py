@@ -31,6 +31,7 @@ from gpumeter.billing.periods import (
     verify_closed,
 )
 from gpumeter.config import UNALLOCATED, Config
+from gpumeter.ingest.contract import SLOW_SCRAPE_INTERVALS
 from gpumeter.storage import paths
 from gpumeter.storage.paths import MARTS
 from gpumeter.storage.warehouse import Warehouse
@@ -75,9 +76,6 @@ CHECK_SPECS = [
 # A queue's samples may exceed the day's scrape intervals by this fraction (a drifting scrape schedule)
 # before its quota-seconds read high.
 KUEUE_SAMPLES_SLACK = 0.01
-# A queue whose samples lie further apart than this many Δ (their median) was scraped less often than Δ, and
-# its quota-seconds read low; the same factor as the Prometheus pull's warning for a slow target.
-KUEUE_SLOW_INTERVALS = 1.5
 
 
 def _sum(table: pa.Table, column: str, where: dict[str, str] | None = None) -> Decimal:
@@ -239,7 +237,7 @@ def kueue_sampled_once_per_interval(
             if row["samples"] > intervals * (1 + KUEUE_SAMPLES_SLACK):
                 too_many[key] = row["samples"]
             spacing = row["sample_interval_s"]
-            if spacing is not None and spacing > KUEUE_SLOW_INTERVALS * interval_s:
+            if spacing is not None and spacing > SLOW_SCRAPE_INTERVALS * interval_s:
                 too_few[key] = spacing
     return AssetCheckResult(
         check_name="kueue_sampled_once_per_interval",

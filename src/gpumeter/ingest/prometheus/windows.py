@@ -31,6 +31,7 @@ from typing import TypeVar
 
 import numpy as np
 
+from gpumeter.ingest.contract import SLOW_SCRAPE_INTERVALS
 from gpumeter.ingest.prometheus.answers import (
     DCGM_LABEL_COLUMNS,
     TARGET_LABELS,
@@ -336,7 +337,7 @@ class ReplicaDedupe:
             return
         interval = float(np.median(np.diff(scrapes)))
         name = _target_name(target)
-        if interval <= 1.5 * self.scrape_interval_ms or ("interval", name) in warned:
+        if interval <= SLOW_SCRAPE_INTERVALS * self.scrape_interval_ms or ("interval", name) in warned:
             return
         warned.add(("interval", name))
         log.warning(
