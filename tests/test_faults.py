@@ -52,6 +52,7 @@ DAY = date(2026, 11, 1)
 D0, D1 = day_bounds_ms(DAY)
 UTIL = "DCGM_FI_DEV_GPU_UTIL"
 ONE = matrix_body([({"__name__": UTIL, "Hostname": "n1", "UUID": "GPU-1"}, [(D0, "1"), (D0 + 30_000, "2")])])
+REMOTE_READ_FAILED = "remote_read: error sending request: connection refused"
 SECRET = "s3cr3t-token-0123456789"
 
 
@@ -69,7 +70,8 @@ def misbehaving() -> Iterator[tuple[list[str], list[int]]]:
     per test in `mode[0]`:
     `reset` sends the headers and 20 bytes of the body, then a TCP RST; `trickle` sends the body a byte
     every 50 ms (each read is within any timeout, the whole body is not); `fail` answers 500; `echo` answers
-    500 with the request's headers in the body (a proxy that echoes)."""
+    500 with the request's headers in the body (a proxy that echoes); `incomplete` answers the samples with
+    a warning that a remote-read endpoint failed (Prometheus answers with what it could read)."""
     mode: list[str] = ["reset", ""]
     hits: list[int] = []
 
@@ -87,6 +89,11 @@ def misbehaving() -> Iterator[tuple[list[str], list[int]]]:
                 said = request.decode() if mode[0] == "echo" else "boom"
                 body = json.dumps({"status": "error", "errorType": "internal", "error": said}).encode()
                 status = "500 Internal Server Error"
+            elif mode[0] == "incomplete":
+                body, status = (
+                    json.dumps({**json.loads(ONE), "warnings": [REMOTE_READ_FAILED]}).encode(),
+                    "200 OK",
+                )
             else:
                 body, status = ONE, "200 OK"
             head = (
@@ -165,6 +172,20 @@ def test_a_reset_mid_body_is_retried_then_one_error_and_the_stored_day_is_untouc
     assert max(attempts.values()) == 3, attempts  # each query at most three times, one all three
     message = str(info.value)
     assert mode[1] in message and "3 attempt" in message and "reset" in message.lower()
+    assert digest(warehouse.root) == before
+
+
+def test_an_answer_the_server_says_may_be_incomplete_is_one_error_and_the_stored_day_is_untouched(
+    misbehaving: tuple[list[str], list[int]], tmp_path: Path
+) -> None:
+    mode, hits = misbehaving
+    mode[0] = "incomplete"
+    warehouse, before = stored_day(tmp_path)
+    with pytest.raises(SourceError) as info:
+        pull_raw_day(make_config(), warehouse, DAY, source_for=lambda _: prom_source(mode[1]))
+    assert max(Counter(hits).values()) == 3  # retried: a store that was down may answer the next time
+    message = str(info.value)
+    assert mode[1] in message and REMOTE_READ_FAILED in message and "run the day again" in message
     assert digest(warehouse.root) == before
 
 

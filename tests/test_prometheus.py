@@ -573,6 +573,74 @@ def test_not_a_prometheus_answer_is_a_source_error() -> None:
         source(server.url, retries=0, **ONE_QUERY).fetch_day("c", DAY, 0)
 
 
+def _said(body: bytes, **said: object) -> bytes:
+    """`body` with the fields a server adds to a successful answer to say more about it."""
+    return json.dumps({**json.loads(body), **said}).encode()
+
+
+# What each backend says when a part of it did not answer: Prometheus of a remote-read endpoint (its fanout
+# storage turns the endpoint's error into a warning and answers with the rest), Thanos of a store (with
+# partial responses allowed), VictoriaMetrics cluster of a vmstorage node.
+REMOTE_READ_FAILED = "remote_read: error sending request: Post http://lts:9201/read: connection refused"
+INCOMPLETE = {
+    "prometheus-remote-read": {"warnings": [REMOTE_READ_FAILED]},
+    "thanos-store": {
+        "warnings": [
+            "receive series from Addr: thanos-store-1:10901: rpc error: code = Unavailable desc = EOF"
+        ]
+    },
+    "victoriametrics-vmstorage": {"isPartial": True},
+}
+
+
+def test_an_answer_that_says_it_may_be_incomplete_is_retried_and_the_complete_one_used() -> None:
+    warned = _said(ONE, warnings=[REMOTE_READ_FAILED])
+    with FaultServer(lambda n, _: Reply(200, warned if n == 0 else ONE)) as server:
+        raw = source(server.url, retries=1, **ONE_QUERY).fetch_day("c", DAY, 0)
+    # The warned answer held the same two samples: they are taken once, from the complete answer.
+    assert len(server.requests) == 2
+    assert raw.dcgm.column("ts_ms").to_pylist() == [D0, D0 + STEP]
+
+
+@pytest.mark.parametrize("backend", list(INCOMPLETE))
+def test_an_answer_that_stays_incomplete_is_one_source_error_naming_what_the_server_said(
+    backend: str,
+) -> None:
+    said = INCOMPLETE[backend]
+    with (
+        FaultServer(lambda n, _: Reply(200, _said(ONE, **said))) as server,
+        pytest.raises(SourceError) as info,
+    ):
+        source(server.url, retries=2, **ONE_QUERY).fetch_day("c", DAY, 0)
+    assert len(server.requests) == 3
+    message = str(info.value)
+    assert server.url in message and UTIL in message and "3 attempt" in message
+    assert "may be incomplete" in message and "run the day again" in message
+    assert (said["warnings"][0] if "warnings" in said else "isPartial: true") in message  # type: ignore[index]
+
+
+def test_infos_and_a_complete_answer_s_own_flags_are_not_incomplete() -> None:
+    # `infos` are notes on the query (Prometheus 2.50 and later); isPartial false and no warnings say the
+    # answer is whole.
+    noted = _said(ONE, infos=["PromQL info: metric might not be a counter"], isPartial=False, warnings=[])
+    with FaultServer(lambda n, _: Reply(200, noted)) as server:
+        raw = source(server.url, retries=0, **ONE_QUERY).fetch_day("c", DAY, 0)
+    assert raw.dcgm.column("ts_ms").to_pylist() == [D0, D0 + STEP] and len(server.requests) == 1
+
+
+def test_every_query_asks_for_every_raw_sample_or_an_error() -> None:
+    with FaultServer(lambda n, _: Reply(200, ONE)) as server:
+        source(server.url, chunk_seconds=6 * 3600, dcgm_metrics=(UTIL,), kube_metrics=()).fetch_day(
+            "c", DAY, 0
+        )
+    assert len(server.requests) == 4
+    for request in server.requests:
+        params = request["params"]
+        # Thanos: no partial answer, raw blocks only; VictoriaMetrics cluster: no partial answer.
+        assert params["partial_response"] == "false" and params["max_source_resolution"] == "0s"
+        assert params["deny_partial_response"] == "1"
+
+
 def test_connection_refused_is_a_source_error() -> None:
     url = f"http://127.0.0.1:{promserver.free_port()}"
     with pytest.raises(SourceError) as info:

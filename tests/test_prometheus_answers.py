@@ -8,7 +8,13 @@ import math
 
 import pytest
 
-from gpumeter.ingest.prometheus.answers import LabelSets, UnexpectedAnswer, decode_answer, matrix_samples
+from gpumeter.ingest.prometheus.answers import (
+    LabelSets,
+    PartialAnswer,
+    UnexpectedAnswer,
+    decode_answer,
+    matrix_samples,
+)
 
 UTIL = "DCGM_FI_DEV_GPU_UTIL"
 COMPACT = (
@@ -86,3 +92,29 @@ def test_labels_are_decoded_once_per_label_set() -> None:
     assert len(known) == 3
     assert all(a[0] is b[0] for a, b in zip(first, again, strict=True))
     assert first[0][0].labels == {"__name__": UTIL, "UUID": "GPU-1"}
+
+
+@pytest.mark.parametrize(
+    ("said", "named"),
+    [
+        (b'"warnings":["remote_read: connection refused"]', "warnings: remote_read: connection refused"),
+        (b'"warnings":["store a down","store b down"]', "warnings: store a down; store b down"),
+        (b'"warnings":"one string"', "warnings: one string"),  # not the API's list: still a warning
+        (b'"isPartial":true', "isPartial: true"),
+    ],
+)
+def test_an_answer_that_says_it_may_be_incomplete_is_refused_with_what_it_says(
+    said: bytes, named: str
+) -> None:
+    body = COMPACT[:-1] + b"," + said + b"}"
+    with pytest.raises(PartialAnswer, match="may be incomplete") as caught:
+        decode_answer(body, "matrix", {})
+    assert named in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    "said", [b'"warnings":[]', b'"warnings":null', b'"isPartial":false', b'"infos":["PromQL info: a note"]']
+)
+def test_an_answer_that_says_nothing_missing_is_read(said: bytes) -> None:
+    received, series = _read(COMPACT[:-1] + b"," + said + b"}")
+    assert received == 5 and set(series) == {"GPU-1", "GPU-3"}

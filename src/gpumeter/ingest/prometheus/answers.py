@@ -54,6 +54,22 @@ class UnexpectedAnswer(Exception):
         self.reason = str(self)
 
 
+class PartialAnswer(Exception):
+    """The server answered, but says its answer may be incomplete: `warnings` (a Prometheus remote-read
+    endpoint, a Thanos store or a Mimir querier that failed; "All of the data that was successfully collected
+    will be returned", the API says) or VictoriaMetrics' `isPartial` (a vmstorage node that did not answer).
+    Billing from it would undercount (R1); `infos` are notes on the query and are not this."""
+
+    hint = (
+        "a store, ingester or remote-read endpoint behind the server did not answer: check it (the server's "
+        "log names it), then run the day again; nothing was stored from this answer"
+    )
+
+    def __init__(self, said: str) -> None:
+        super().__init__(f"the server says its answer may be incomplete ({said})")
+        self.reason = str(self)
+
+
 @dataclass
 class Series:
     """The samples of one series gathered so far, as arrays in the order they came. `key` stands for its
@@ -147,6 +163,19 @@ class _Answer(msgspec.Struct, gc=False):
     status: object = None
     error: object = ""
     data: _Data | None = None
+    warnings: object = None
+    isPartial: object = None  # noqa: N815 - VictoriaMetrics' name
+
+
+def _incomplete(answer: _Answer) -> str | None:
+    """What a successful answer says of its own completeness, in words; None when it says nothing."""
+    said = []
+    if answer.isPartial is True:
+        said.append("isPartial: true")
+    if answer.warnings:
+        warnings = answer.warnings if isinstance(answer.warnings, list) else [answer.warnings]
+        said.append("warnings: " + "; ".join(str(w) for w in warnings))
+    return ", ".join(said) or None
 
 
 class NotJson(Exception):
@@ -165,7 +194,8 @@ def decode_answer(body: bytes, result_type: str = "matrix", known: LabelSets | N
     objects), once the answer is seen to be one of `result_type`: `matrix` (raw samples of range selectors,
     every series named: list[tuple[LabelSet, bytes]], each series' label set and its samples' JSON text;
     labels decoded once per text in `known`) or `vector` (an aggregate, labels only: list[VectorSeries]).
-    NotJson where the body is not JSON, UnexpectedAnswer where it is JSON of another shape."""
+    NotJson where the body is not JSON, UnexpectedAnswer where it is JSON of another shape, PartialAnswer
+    where the server says the answer may be incomplete."""
     try:
         answer = _ANSWER.decode(body)
     except msgspec.ValidationError as exc:
@@ -174,6 +204,9 @@ def decode_answer(body: bytes, result_type: str = "matrix", known: LabelSets | N
         raise NotJson(str(exc)) from None
     if answer.status != "success":
         raise UnexpectedAnswer(f"status {answer.status!r}: {answer.error or ''}")
+    incomplete = _incomplete(answer)
+    if incomplete is not None:
+        raise PartialAnswer(incomplete)
     data = answer.data
     if data is None or not memoryview(data.result)[:1] == b"[":
         raise UnexpectedAnswer("no data.result list")

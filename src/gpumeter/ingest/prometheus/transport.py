@@ -25,12 +25,29 @@ from urllib3.util.retry import Retry
 
 from gpumeter.config import PrometheusSource
 from gpumeter.ingest.contract import SourceError, one_line
-from gpumeter.ingest.prometheus.answers import LabelSets, NotJson, UnexpectedAnswer, decode_answer
+from gpumeter.ingest.prometheus.answers import (
+    LabelSets,
+    NotJson,
+    PartialAnswer,
+    UnexpectedAnswer,
+    decode_answer,
+)
 
 log = logging.getLogger(__name__)
 
 _BACKOFF_CAP_S = 30.0
 _READ_CHUNK = 64 * 1024
+# Sent with every query, for the backends that would otherwise answer with less than every raw sample (R1);
+# a server that does not know a parameter ignores it. Thanos: a store that does not answer is an error, not
+# a gap, and only raw blocks are read, never downsampled aggregates (a querier may default instant queries
+# to a coarser resolution: --query.instant.default.max_source_resolution). VictoriaMetrics cluster: a
+# vmstorage node that does not answer is an error. An answer that still says it may be incomplete is
+# refused (answers.PartialAnswer).
+COMPLETE_RAW_ANSWERS = {
+    "partial_response": "false",
+    "max_source_resolution": "0s",
+    "deny_partial_response": "1",
+}
 
 
 class Retryable(Exception):
@@ -175,7 +192,7 @@ class PrometheusTransport:
         retried; TooLarge where the server refuses it as too large, else a SourceError once the attempts
         are spent."""
         eval_time = prom_time(eval_ms)
-        extra = {"timeout": f"{self.spec.timeout_seconds:g}s", "partial_response": "false"}
+        extra = {"timeout": f"{self.spec.timeout_seconds:g}s", **COMPLETE_RAW_ANSWERS}
         attempts = self.spec.retries + 1
         last: Retryable | None = None
         made = 0
@@ -292,7 +309,7 @@ class PrometheusTransport:
                 f"the response is not valid JSON ({exc}; {len(body)} bytes)",
                 "a proxy may have cut the response: lower chunk_seconds, or check proxies in front of the server",
             ) from None
-        except UnexpectedAnswer as exc:
+        except (UnexpectedAnswer, PartialAnswer) as exc:
             raise Retryable(exc.reason, exc.hint) from None
 
     # --- auth and secrets --------------------------------------------------------------------
