@@ -134,6 +134,48 @@ def test_prometheus_source_defaults() -> None:
     assert source.bearer_token_env is None and source.headers_env is None and source.selector is None
 
 
+def test_query_params_are_sent_as_the_api_spells_them() -> None:
+    text = (
+        "clusters:\n  - name: a\n    source:\n      kind: prometheus\n      url: 'http://thanos:9090'\n"
+        "      query_params: {dedup: false, 'replicaLabels[]': rule_replica, step: 30}\n"
+    )
+    source = parse_config(text).clusters[0].source
+    assert isinstance(source, PrometheusSource)
+    assert source.query_parameters() == {
+        "timeout": "60s",
+        "dedup": "false",  # YAML's false, as the API spells it
+        "replicaLabels[]": "rule_replica",
+        "step": "30",
+        "partial_response": "false",
+        "max_source_resolution": "0s",
+        "deny_partial_response": "1",
+    }
+
+
+@pytest.mark.parametrize(
+    ("name", "said"),
+    [
+        ("partial_response", "gpumeter sends partial_response=false"),
+        ("max_source_resolution", "gpumeter sends max_source_resolution=0s"),
+        ("deny_partial_response", "gpumeter sends deny_partial_response=1"),
+        ("time", "gpumeter sets it for each query"),
+        ("query", "gpumeter sets it for each query"),
+    ],
+)
+def test_query_params_may_not_set_what_gpumeter_sends(name: str, said: str) -> None:
+    text = f"""\
+        clusters:
+          - name: a
+            source:
+              kind: prometheus
+              url: 'http://thanos:9090'
+              query_params: {{{name}: 'x'}}
+        """
+    [(place, message)] = problems_of(text)
+    assert place == f"clusters[0].source.query_params (line {line_of(text, 'query_params')})"
+    assert f"may not set {name!r}" in message and said in message
+
+
 def test_config_is_immutable() -> None:
     config = parse_config(MINIMAL)
     with pytest.raises(ValueError):

@@ -641,6 +641,16 @@ def test_every_query_asks_for_every_raw_sample_or_an_error() -> None:
         assert params["deny_partial_response"] == "1"
 
 
+def test_query_params_of_the_config_reach_every_query() -> None:
+    with FaultServer(lambda n, _: Reply(200, ONE)) as server:
+        source(server.url, query_params={"dedup": False, "engine": "prometheus"}, **ONE_QUERY).fetch_day(
+            "c", DAY, 0
+        )
+    [request] = server.requests
+    assert request["params"]["dedup"] == "false" and request["params"]["engine"] == "prometheus"
+    assert request["params"]["partial_response"] == "false"
+
+
 def test_connection_refused_is_a_source_error() -> None:
     url = f"http://127.0.0.1:{promserver.free_port()}"
     with pytest.raises(SourceError) as info:

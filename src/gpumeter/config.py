@@ -116,6 +116,24 @@ class PrometheusSource(_Model):
         3600, ge=1, description="The pull's part size (two parts at most are held in memory); divides a day."
     )
     pushdown: bool = Field(True, description="Ask aggregates first where that stays exact (XID errors).")
+    query_params: dict[str, str] = Field(
+        default_factory=dict,
+        description="More parameters sent with every query, e.g. Thanos' dedup: false (docs/prometheus.md).",
+    )
+
+    # Sent with every query, so that the backends that could answer with less than every raw sample (R1)
+    # either answer with all of them or fail; a server ignores a parameter it does not know. Thanos: a store
+    # that does not answer is an error, not a gap, and only raw blocks are read, never downsampled aggregates
+    # (a querier may default instant queries to a coarser resolution). VictoriaMetrics cluster: a vmstorage
+    # node that does not answer is an error. An answer that still says it may be incomplete is refused
+    # (ingest/prometheus/answers.PartialAnswer).
+    COMPLETE_RAW_ANSWERS: ClassVar[dict[str, str]] = {
+        "partial_response": "false",
+        "max_source_resolution": "0s",
+        "deny_partial_response": "1",
+    }
+    # The query's own parameters (/api/v1/query); with the above, what `query_params` may not set.
+    QUERY_PARAMETERS: ClassVar[tuple[str, ...]] = ("query", "time", "timeout")
 
     # One PromQL label matcher: name, operator, a quoted value whose only escapes are backslash pairs, so
     # the value can never close its quotes early (no PromQL injection through `selector`).
@@ -148,6 +166,41 @@ class PrometheusSource(_Model):
             matchers.append(f'{name}{op}"{quoted}"')
             pos = found.end()
         return ",".join(matchers) or None
+
+    @field_validator("query_params", mode="before")
+    @classmethod
+    def _query_params(cls, value: object) -> object:
+        """YAML's `dedup: false` is a bool: sent as the API spells it (`false`); numbers as written."""
+        if not isinstance(value, dict):
+            return value
+
+        def text(item: object) -> object:
+            return (
+                str(item).lower()
+                if isinstance(item, bool)
+                else str(item)
+                if isinstance(item, int | float)
+                else item
+            )
+
+        return {k: text(v) for k, v in value.items()}
+
+    @field_validator("query_params")
+    @classmethod
+    def _query_params_add(cls, value: dict[str, str]) -> dict[str, str]:
+        for name in value:
+            if name in cls.QUERY_PARAMETERS:
+                raise ValueError(f"query_params may not set {name!r}: gpumeter sets it for each query")
+            if name in cls.COMPLETE_RAW_ANSWERS:
+                raise ValueError(
+                    f"query_params may not set {name!r}: gpumeter sends {name}={cls.COMPLETE_RAW_ANSWERS[name]} "
+                    "so that the server answers with every raw sample or fails (docs/prometheus.md)"
+                )
+        return value
+
+    def query_parameters(self) -> dict[str, str]:
+        """What every query sends besides `query` and `time`."""
+        return {"timeout": f"{self.timeout_seconds:g}s", **self.query_params, **self.COMPLETE_RAW_ANSWERS}
 
     @model_validator(mode="after")
     def _windows(self) -> PrometheusSource:

@@ -37,17 +37,6 @@ log = logging.getLogger(__name__)
 
 _BACKOFF_CAP_S = 30.0
 _READ_CHUNK = 64 * 1024
-# Sent with every query, for the backends that would otherwise answer with less than every raw sample (R1);
-# a server that does not know a parameter ignores it. Thanos: a store that does not answer is an error, not
-# a gap, and only raw blocks are read, never downsampled aggregates (a querier may default instant queries
-# to a coarser resolution: --query.instant.default.max_source_resolution). VictoriaMetrics cluster: a
-# vmstorage node that does not answer is an error. An answer that still says it may be incomplete is
-# refused (answers.PartialAnswer).
-COMPLETE_RAW_ANSWERS = {
-    "partial_response": "false",
-    "max_source_resolution": "0s",
-    "deny_partial_response": "1",
-}
 
 
 class Retryable(Exception):
@@ -192,7 +181,7 @@ class PrometheusTransport:
         retried; TooLarge where the server refuses it as too large, else a SourceError once the attempts
         are spent."""
         eval_time = prom_time(eval_ms)
-        extra = {"timeout": f"{self.spec.timeout_seconds:g}s", **COMPLETE_RAW_ANSWERS}
+        extra = self.spec.query_parameters()
         attempts = self.spec.retries + 1
         last: Retryable | None = None
         made = 0
