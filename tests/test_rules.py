@@ -863,6 +863,23 @@ def test_r11_a_node_reported_by_two_kube_state_metrics_targets_is_unschedulable_
     assert (pool["gpu_samples"], pool["pool_cost"]) == (10, D("0.60"))
 
 
+def test_r11_a_node_uncordoned_during_a_surge_rollout_of_kube_state_metrics_is_free_from_then() -> None:
+    """R11 and R1a with kube-state-metrics rolled out with a surge: the old instance (20 s before the DCGM
+    grid) says the node is cordoned up to its last scrape, 20 s before sample 5; the new one, scraped from
+    5 s before sample 4, says it is cordoned then and no longer 5 s before sample 5. The node's state from the
+    old instance ends where the new one takes its series over, as a pod's phase does; it used to hold for the
+    lookback (300 s), keeping the free GPU unschedulable to the end of the samples."""
+    f = factory().gpu("n1", "GPU-1", H100)
+    f.samples("GPU-1", range(10), util=0)
+    for k in range(-1, 6):
+        f.node_state("n1", k, cordoned=True, offset_ms=-20_000, target="ksm/10.0.0.1:8080")
+    for k in range(4, 10):
+        f.node_state("n1", k, cordoned=k == 4, offset_ms=-5_000, target="ksm/10.0.0.2:8080")
+    out = meter(f)
+    # By hand: cordoned until 5 s before sample 5: samples 0-4 unschedulable (300 s), 5-9 unallocated (300 s).
+    assert categories(out, "n1") == {"unschedulable": D(300), "unallocated": D(300)}
+
+
 def test_r11_a_pod_request_reported_by_two_kube_state_metrics_targets_is_requested_once() -> None:
     """R11 "no room for another GPU pod" with kube-state-metrics scraped by two jobs: a pod's CPU request that
     both targets report is requested once. 8 cores allocatable, 6 requested: 2 free, room for a GPU pod (the

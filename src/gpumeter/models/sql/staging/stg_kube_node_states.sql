@@ -14,7 +14,8 @@ with node_spans as (
         label[5] as gpu_count_label,
         value,
         from_index,
-        to_index
+        to_index,
+        until_ms
     from (
         select
             *,
@@ -112,7 +113,10 @@ states as (
         max(n.value) filter (where n.metric = 'kube_node_status_allocatable' and n.resource = 'cpu')
             as allocatable_cpu_cores,
         max(n.value) filter (where n.metric = 'kube_node_status_allocatable' and n.resource = 'memory')
-            as allocatable_memory_bytes
+            as allocatable_memory_bytes,
+        -- Until when the node's series hold (stg_kube_spans): later than the run's end but where the target's
+        -- run ends with them and another target has taken them over (a rollout with a surge, R1a).
+        max(n.until_ms) as series_until_ms
     from runs as c
     join node_spans as n
         on n.cluster = c.cluster
@@ -182,7 +186,9 @@ select
     n.cluster,
     n.scrape_target,
     a.ts_ms,
-    holds_until(b.ts_ms, b.next_scrape_ms) as until_ms,
+    -- The node's state from this target ends when its series do: at the target's next scrape, or where another
+    -- target took them over.
+    least(holds_until(b.ts_ms, b.next_scrape_ms), n.series_until_ms) as until_ms,
     b.ts_ms as last_ms,
     a.ts_ms < getvariable('day_end_ms') and b.ts_ms >= getvariable('day_start_ms') as in_day,
     n.node,
