@@ -175,19 +175,15 @@ class PrometheusSource(_Model):
             return value
 
         def text(item: object) -> object:
-            return (
-                str(item).lower()
-                if isinstance(item, bool)
-                else str(item)
-                if isinstance(item, int | float)
-                else item
-            )
+            if isinstance(item, bool):
+                return "true" if item else "false"
+            return str(item) if isinstance(item, int | float) else item
 
         return {k: text(v) for k, v in value.items()}
 
     @field_validator("query_params")
     @classmethod
-    def _query_params_add(cls, value: dict[str, str]) -> dict[str, str]:
+    def _query_params_leave_ours(cls, value: dict[str, str]) -> dict[str, str]:
         for name in value:
             if name in cls.QUERY_PARAMETERS:
                 raise ValueError(f"query_params may not set {name!r}: gpumeter sets it for each query")
