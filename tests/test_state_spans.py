@@ -19,7 +19,7 @@ import duckdb
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gpumeter.models.project import SQL_DIR
+from gpumeter.models.project import MACROS, SQL_DIR
 
 SQL = Path(str(SQL_DIR)) / "intermediate"
 LOOKBACK_MS = 300_000
@@ -63,6 +63,7 @@ def _session() -> duckdb.DuckDBPyConnection:
     con.execute("set variable lookback_ms = ?", [LOOKBACK_MS])
     con.execute("set variable min_free_cpu_cores = 1.0")
     con.execute("set variable min_free_memory_bytes = 1.0")
+    con.execute(MACROS.read_text(encoding="utf-8"))  # the expressions the models share, as a run has them
     return con
 
 

@@ -82,3 +82,36 @@ create or replace macro utc_text(ts_ms) as
         when ts_ms % 1000 = 0 then strftime(epoch_ms(ts_ms), '%Y-%m-%dT%H:%M:%SZ')
         else strftime(epoch_ms(ts_ms), '%Y-%m-%dT%H:%M:%S.%fZ')
     end;
+
+-- R1a: spans [from_ms, until_ms) of one `key` that overlap, merged into one, from a table or CTE named `spans`
+-- with columns key, from_ms and until_ms. What two kube-state-metrics targets both show (a pod Running, a label
+-- set, a node unschedulable) holds while either shows it, and the merged spans of a key are disjoint, so that a
+-- sample meets at most one.
+create or replace macro merged_spans(spans) as table
+    select key, min(from_ms) as from_ms, max(until_ms) as until_ms
+    from (
+        select *, sum(case when from_ms < reached then 0 else 1 end) over by_start as span
+        from (
+            select *, max(until_ms) over (by_start rows between unbounded preceding and 1 preceding) as reached
+            from query_table(spans)
+            window by_start as (partition by key order by from_ms, until_ms)
+        )
+        window by_start as (partition by key order by from_ms, until_ms)
+    )
+    group by key, span;
+
+-- R1a: a target's spans of one `key` that overlap (copies, another value) or follow each other scrape after
+-- scrape (stg_kube_target_scrapes.scrape_index), merged into one run: from a table or CTE named `spans` with
+-- columns key, scrape_target, from_index, to_index, from_ms and until_ms.
+create or replace macro scrape_runs(spans) as table
+    select key, scrape_target, min(from_ms) as from_ms, max(until_ms) as until_ms
+    from (
+        select *, sum(case when from_index <= reached + 1 then 0 else 1 end) over by_start as run
+        from (
+            select *, max(to_index) over (by_start rows between unbounded preceding and 1 preceding) as reached
+            from query_table(spans)
+            window by_start as (partition by key, scrape_target order by from_index, to_index)
+        )
+        window by_start as (partition by key, scrape_target order by from_index, to_index)
+    )
+    group by key, scrape_target, run;
