@@ -44,7 +44,7 @@ def build_parser() -> argparse.ArgumentParser:
         "demo",
         help="simulate a small AI factory, meter it with the Dagster job, invoice it; its pool changes during "
         "the second day (a MIG re-partition, a deleted and recreated pod, a short DRA job, a relabel, a "
-        "re-published DRA slice)",
+        "re-published DRA slice, kube-state-metrics rolled out with a surge)",
     )
     demo_cmd.add_argument("--out", default=str(DEMO_DIR), help="working directory (default: %(default)s)")
     demo_cmd.add_argument(
