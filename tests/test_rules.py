@@ -609,6 +609,51 @@ def test_r1a_a_pod_deleted_during_a_surge_rollout_of_kube_state_metrics_ends_the
     assert charges(out) == {("team-b", "reserved"): D("0.30"), (IDLE, "idle"): D("0.30")}
 
 
+def test_r1a_a_kube_state_metrics_restarted_in_the_day_s_last_lookback_ends_what_the_new_one_no_longer_shows() -> (
+    None
+):
+    """R1a with kube-state-metrics restarted under a new address in the day's last 300 s (the lookback), with no
+    surge: the old instance last scrapes 20 s before sample 1436 (23:55:40), showing p-dra and p-other Running;
+    the new one first scrapes 5 s before sample 1437 and shows p-other only (p-dra was deleted meanwhile). The
+    old instance may still be scraped after midnight, unseen, and a new instance could be a shard of other
+    objects; but this one shows a series the old one showed (p-other): it is the old one restarted, and its
+    first scrape ends what the old one showed. p-dra's last sample used to hold to the day's end."""
+    f = factory().gpu("n1", "GPU-1", H100)
+    f.samples("GPU-1", range(1430, 1440), util=50)
+    f.slice_device("n1", "gpu-0", uuid="GPU-1")
+    f.claim("ns-b", "claim-1", pool="n1", device="gpu-0", reserved_pod="p-dra")
+    for k in range(1420, 1437):
+        for pod in ("p-dra", "p-other"):
+            f.pod_phase("ns-b", pod, k, "Running", offset_ms=-20_000, target="ksm/10.0.0.1:8080")
+    for k in range(1437, 1440):
+        f.pod_phase("ns-b", "p-other", k, "Running", offset_ms=-5_000, target="ksm/10.0.0.2:8080")
+    out = meter(f)
+
+    # By hand: Running until 5 s before sample 1437: samples 1430-1436, 420 s, 0.42 (held to the day's end:
+    # samples 1430-1439, 600 s).
+    assert holder(out, "p-dra")["device_seconds"] == D(420)
+    assert charges(out) == {("team-b", "reserved"): D("0.42"), (IDLE, "idle"): D("0.18")}
+
+
+def test_r1a_a_new_shard_of_kube_state_metrics_in_the_day_s_last_lookback_ends_nothing() -> None:
+    """R1a, the day's last lookback as above, but the new instance of the job is a shard of other objects: it
+    shows p-new only, a pod the old instance never showed. The old instance may still be scraped after
+    midnight; what it last showed (p-dra Running) holds, for the lookback, to the day's end."""
+    f = factory().gpu("n1", "GPU-1", H100)
+    f.samples("GPU-1", range(1430, 1440), util=50)
+    f.slice_device("n1", "gpu-0", uuid="GPU-1")
+    f.claim("ns-b", "claim-1", pool="n1", device="gpu-0", reserved_pod="p-dra")
+    for k in range(1420, 1437):
+        f.pod_phase("ns-b", "p-dra", k, "Running", offset_ms=-20_000, target="ksm/10.0.0.1:8080")
+    for k in range(1437, 1440):
+        f.pod_phase("ns-b", "p-new", k, "Running", offset_ms=-5_000, target="ksm/10.0.0.2:8080")
+    out = meter(f)
+
+    # By hand: samples 1430-1439, 600 s, 0.60.
+    assert holder(out, "p-dra")["device_seconds"] == D(600)
+    assert charges(out) == {("team-b", "reserved"): D("0.60"), (IDLE, "idle"): D(0)}
+
+
 def test_r1a_a_kube_state_metrics_job_removed_leaves_the_other_jobs_reading() -> None:
     """R1a with kube-state-metrics scraped by two jobs, A (20 s before the DCGM grid) and B (10 s after), and
     A's job removed after its scrape 5: A last shows p-dra Running 20 s before sample 5, B shows it Running

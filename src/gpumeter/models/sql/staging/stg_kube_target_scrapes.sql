@@ -17,21 +17,49 @@ ordered as (
     from scrapes
     window by_target as (partition by scrape_target order by ts_ms)
 ),
-replaced as (
+firsts as (
+    select job, scrape_target, min(ts_ms) as first_ms from ordered group by all
+),
+restarted as (
     -- A scrape its target does not follow within the lookback, followed instead by the first scrape of a new
     -- instance of its job (the exporter restarted under a new address): that scrape ends what it showed, as
     -- its own next scrape would have. A new instance is one first scraped after it: the job's other
     -- instances that run alongside (kube-state-metrics sharded by object) show other objects and end
-    -- nothing. A last scrape within the lookback of the day's end is left as it is: the target may go on
-    -- after the day, and an instance first scraped then may be a shard's.
-    select o.scrape_target, o.ts_ms, min(r.first_ms) as replaced_ms
+    -- nothing.
+    select o.scrape_target, o.ts_ms, r.scrape_target as new_target, r.first_ms
     from ordered as o
-    join (select job, scrape_target, min(ts_ms) as first_ms from ordered group by all) as r
+    join firsts as r
         on r.job = o.job
         and r.first_ms > o.ts_ms
         and r.first_ms <= o.ts_ms + getvariable('lookback_ms')
-    where o.own_next_ms - o.ts_ms > getvariable('lookback_ms')
-       or (o.own_next_ms is null and o.ts_ms < getvariable('day_end_ms') - getvariable('lookback_ms'))
+    where o.own_next_ms - o.ts_ms > getvariable('lookback_ms') or o.own_next_ms is null
+),
+same_objects as (
+    -- The target's last scrape within the lookback of the day's end: it may go on after the day, unseen, and
+    -- an instance first scraped after it may be a new shard. It was restarted (or has a replica) where the
+    -- new instance shows a series it showed too: a shard shows other objects.
+    select distinct c.scrape_target, c.ts_ms, c.first_ms
+    from restarted as c
+    join raw_kube_samples as a
+        on scrape_target(a.target, a.metric) = c.scrape_target
+    join raw_kube_samples as b
+        on scrape_target(b.target, b.metric) = c.new_target
+        and b.metric = a.metric
+        and b.labels = a.labels
+    where c.ts_ms >= getvariable('day_end_ms') - getvariable('lookback_ms')
+      and a.metric is not null
+      and a.cluster = getvariable('cluster')
+      and b.cluster = getvariable('cluster')
+),
+replaced as (
+    select scrape_target, ts_ms, min(first_ms) as replaced_ms
+    from (
+        select scrape_target, ts_ms, first_ms
+        from restarted
+        where ts_ms < getvariable('day_end_ms') - getvariable('lookback_ms')
+        union all
+        select scrape_target, ts_ms, first_ms from same_objects
+    )
     group by all
 )
 select
