@@ -620,8 +620,8 @@ def test_an_answer_that_stays_incomplete_is_one_source_error_naming_what_the_ser
 
 
 def test_infos_and_a_complete_answer_s_own_flags_are_not_incomplete() -> None:
-    # `infos` are notes on the query (Prometheus 2.50 and later); isPartial false and no warnings say the
-    # answer is whole.
+    # `infos` are notes on the query (newer Prometheus versions send them apart from warnings); isPartial
+    # false and no warnings say the answer is whole.
     noted = _said(ONE, infos=["PromQL info: metric might not be a counter"], isPartial=False, warnings=[])
     with FaultServer(lambda n, _: Reply(200, noted)) as server:
         raw = source(server.url, retries=0, **ONE_QUERY).fetch_day("c", DAY, 0)
