@@ -515,11 +515,11 @@ def test_r1a_kube_state_metrics_scraped_by_two_jobs_bills_each_sample_once() -> 
     assert pool_cost(out) == D("1.20")
 
 
-def dra_held_gpu() -> FactoryBuilder:
-    """GPU-1 on n1, sampled 10 times at 50 % busy, held through a DRA claim by the pod p-dra in ns-b (team-b):
-    kube-state-metrics' phases of p-dra, added by each test, decide for how long."""
+def dra_held_gpu(samples: range = range(10)) -> FactoryBuilder:
+    """GPU-1 on n1, sampled at `samples` (the first 10 by default) at 50 % busy, held through a DRA claim by the
+    pod p-dra in ns-b (team-b): kube-state-metrics' phases of p-dra, added by each test, decide for how long."""
     f = factory().gpu("n1", "GPU-1", H100)
-    f.samples("GPU-1", range(10), util=50)
+    f.samples("GPU-1", samples, util=50)
     f.slice_device("n1", "gpu-0", uuid="GPU-1")
     f.claim("ns-b", "claim-1", pool="n1", device="gpu-0", reserved_pod="p-dra")
     return f
@@ -618,10 +618,7 @@ def test_r1a_a_kube_state_metrics_restarted_in_the_day_s_last_lookback_ends_what
     old instance may still be scraped after midnight, unseen, and a new instance could be a shard of other
     objects; but this one shows a series the old one showed (p-other): it is the old one restarted, and its
     first scrape ends what the old one showed. p-dra's last sample used to hold to the day's end."""
-    f = factory().gpu("n1", "GPU-1", H100)
-    f.samples("GPU-1", range(1430, 1440), util=50)
-    f.slice_device("n1", "gpu-0", uuid="GPU-1")
-    f.claim("ns-b", "claim-1", pool="n1", device="gpu-0", reserved_pod="p-dra")
+    f = dra_held_gpu(range(1430, 1440))
     for k in range(1420, 1437):
         for pod in ("p-dra", "p-other"):
             f.pod_phase("ns-b", pod, k, "Running", offset_ms=-20_000, target="ksm/10.0.0.1:8080")
@@ -639,10 +636,7 @@ def test_r1a_a_new_shard_of_kube_state_metrics_in_the_day_s_last_lookback_ends_n
     """R1a, the day's last lookback as above, but the new instance of the job is a shard of other objects: it
     shows p-new only, a pod the old instance never showed. The old instance may still be scraped after
     midnight; what it last showed (p-dra Running) holds, for the lookback, to the day's end."""
-    f = factory().gpu("n1", "GPU-1", H100)
-    f.samples("GPU-1", range(1430, 1440), util=50)
-    f.slice_device("n1", "gpu-0", uuid="GPU-1")
-    f.claim("ns-b", "claim-1", pool="n1", device="gpu-0", reserved_pod="p-dra")
+    f = dra_held_gpu(range(1430, 1440))
     for k in range(1420, 1437):
         f.pod_phase("ns-b", "p-dra", k, "Running", offset_ms=-20_000, target="ksm/10.0.0.1:8080")
     for k in range(1437, 1440):
