@@ -5,7 +5,8 @@ as they come, the GPU would have two samples per scrape and be billed twice. The
 as for HA replicas: the first target's scrape, another's only where it fills a gap. The same holds for a GPU
 read both with and without a replica label (a querier deduplicating some stores only), and for two jobs each
 scraped by an HA pair. A GPU whose exporter moved to a new target (a restarted pod's new IP) keeps both
-targets' scrapes, which do not overlap.
+targets' scrapes, which do not overlap. A stream scraped less often than Δ (a second job, or an HA replica) is
+named in a warning: Δ is then not the scrape interval.
 
 Every fixture is built scrape by scrape: scrape k of a target is at D0 + k·Δ + its offset, unless the target is
 down then. The truth of each test is computed from that construction, never by running the source.
@@ -52,12 +53,17 @@ class Target:
     ks: range = range(FIRST_K, LAST_K + 1)  # the scrapes it exists for
     down: tuple[int, int] | None = None  # [from, to) of its own timestamps
     replica: str | None = None  # its HA Prometheus replica, if it is scraped by an HA pair
+    every: int = 1  # scraped at every `every`-th scrape of the grid only (every 2 Δ: 2)
 
     def ts(self, k: int) -> int:
         return D0 + k * DELTA + self.offset_ms
 
     def recorded(self, k: int) -> bool:
-        return k in self.ks and not (self.down and self.down[0] <= self.ts(k) < self.down[1])
+        return (
+            k in self.ks
+            and k % self.every == 0
+            and not (self.down and self.down[0] <= self.ts(k) < self.down[1])
+        )
 
 
 # Cluster "twojobs", node n1: one exporter (GPU-1, GPU-2) scraped by two jobs, 10 s apart; each job is down
@@ -83,11 +89,24 @@ PARTIAL = (
     Target("gpu-operator", "10.0.0.9:9400", 0, down=(at(10), at(11)), replica="a"),
     Target("gpu-operator", "10.0.0.9:9400", 2_000, replica="b"),
 )
+# Cluster "slowjob", node n5: the GPU operator's job scrapes every 2 Δ (60 s), the pod job every Δ, 10 s later.
+# Cluster "slowha", node n6: an HA pair, replica a scraping every 2 Δ, b every Δ, 2 s later. Either way each
+# scrape is still kept once (the slow stream's at even k, the other's at odd k), and the slow stream is named.
+SLOW_JOB = (
+    Target("gpu-operator", "10.0.0.10:9400", 0, every=2),
+    Target("kubernetes-pods", "10.0.0.10:9400", 10_000),
+)
+SLOW_HA = (
+    Target("gpu-operator", "10.0.0.11:9400", 0, replica="a", every=2),
+    Target("gpu-operator", "10.0.0.11:9400", 2_000, replica="b"),
+)
 CLUSTERS: dict[str, tuple[str, tuple[str, ...], tuple[Target, ...]]] = {
     "twojobs": ("n1", ("GPU-1", "GPU-2"), (OPERATOR, PODS)),
     "moved": ("n2", ("GPU-3", "GPU-4"), (OLD, NEW)),
     "twojobsha": ("n3", ("GPU-5", "GPU-6"), HA),
     "partial": ("n4", ("GPU-7", "GPU-8"), PARTIAL),
+    "slowjob": ("n5", ("GPU-9", "GPU-10"), SLOW_JOB),
+    "slowha": ("n6", ("GPU-11", "GPU-12"), SLOW_HA),
 }
 # GPU-1 is held by a pod of team-a (namespace ns-a in tests.test_rules' tenants).
 HOLDER = {"GPU-1": {"namespace": "ns-a", "pod": "p1", "container": "main"}}
@@ -225,6 +244,37 @@ def test_an_exporter_that_moved_to_a_new_target_keeps_both_targets_scrapes(
         assert Counter((t - D0) % DELTA for t in ts) == {0: 1_440, 7_000: 1_440}
         assert got[(UTIL, gpu)] == got[(FB, gpu)] == expected("moved")
     assert not said
+
+
+@pytest.mark.parametrize(
+    ("cluster", "stream"),
+    [
+        ("slowjob", "gpu-operator/10.0.0.10:9400 (no replica label)"),
+        ("slowha", "gpu-operator/10.0.0.11:9400 (replica a)"),
+        ("twojobs", None),
+        ("moved", None),
+    ],
+)
+def test_a_stream_scraped_less_often_than_the_scrape_interval_is_named(
+    prom: PrometheusServer, caplog: pytest.LogCaptureFixture, cluster: str, stream: str | None
+) -> None:
+    """Each sample stands for Δ = 30 s, so a stream scraped every 60 s means scrape_interval_seconds is not
+    the scrape interval; two streams' samples of one scrape could then lie more than Δ/2 apart and count twice.
+    Said once per pull and target, for a second job scraping one GPU as for an HA replica."""
+    with caplog.at_level(logging.WARNING, logger="gpumeter.ingest.prometheus.windows"):
+        got = by_series(source(prom.url, cluster).fetch_day(cluster, DAY, 0).dcgm)
+    said = [r.getMessage() for r in caplog.records if "is scraped every" in r.getMessage()]
+    if stream is None:
+        assert said == []
+        return
+    assert len(said) == 1
+    assert f"target {stream} is scraped every 60 s, but scrape_interval_seconds is 30:" in said[0]
+    # By hand: still each of the day's 2,880 scrapes once: the slow stream's 1,440 at even k (hh:mm:00), the
+    # other stream's 1,440 at odd k (hh:mm:40, or hh:mm:32 for replica b).
+    offset = CLUSTERS[cluster][2][1].offset_ms
+    for gpu in CLUSTERS[cluster][1]:
+        assert Counter((t - D0) % DELTA for t, _ in got[(UTIL, gpu)]) == {0: 1_440, offset: 1_440}
+        assert got[(UTIL, gpu)] == got[(FB, gpu)] == expected(cluster)
 
 
 @pytest.mark.parametrize("bucket_seconds", [3_600, 1_800])

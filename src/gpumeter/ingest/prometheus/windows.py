@@ -273,8 +273,8 @@ class ReplicaDedupe:
             for replica in sorted(replicas):
                 members = [(s, _joined(s.ts), _joined(s.values)) for s in replicas[replica]]
                 scrapes = np.unique(np.concatenate([ts for _, ts, _ in members]))
-                if len(replicas) > 1 and kind == 0:
-                    self._warn_interval(key, replica, scrapes, warned)
+                if len(replicas) > 1:
+                    self._warn_interval(*self._stream(kind, key, replica, members[0][0]), scrapes, warned)
                 if len(kept):
                     # A kept scrape k covers [k - Δ/2, k + Δ/2): k in [t - Δ/2, t + Δ/2) covers t.
                     lo = np.searchsorted(kept, scrapes - half, side="left")
@@ -293,6 +293,17 @@ class ReplicaDedupe:
             self._warn_shared(overlapping, shared, (start_ms, end_ms), warned)
         return [Series(s.labels, [_joined(s.ts)], [_joined(s.values)], s.key) for s in out.values()]
 
+    def _stream(
+        self, kind: int, key: tuple[str, ...], replica: Replica, member: Series
+    ) -> tuple[Target, Replica]:
+        """The stream of scrapes a group's replica stands for: an HA target's replica, or a shared GPU's stream
+        (its target and replica labels, of any one of its series)."""
+        if kind == 0:
+            return key, replica
+        found = self._gpu_target(member)
+        assert found is not None  # a shared GPU's series are those _gpu_target finds (_group)
+        return found[1], self._replica(member) or ()
+
     def _warn_shared(
         self,
         gpus: set[Gpu],
@@ -308,11 +319,7 @@ class ReplicaDedupe:
         example = min(gpus)
         _cluster, host, uuid = example
 
-        def stream(target: Target, replica: Replica) -> str:
-            labels = ",".join(v for v in replica if v)
-            return f"{_target_name(target)} ({'replica ' + labels if labels else 'no replica label'})"
-
-        streams = ", ".join(sorted(stream(t, r) for t, r in shared[example]))
+        streams = ", ".join(sorted(_stream_name(t, r) for t, r in shared[example]))
         start, end = (datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%d %H:%M") for ms in span)
         log.warning(
             "Prometheus %s: %d GPU(s) are reported more than once at the same time between %s and %s UTC, "
@@ -331,8 +338,9 @@ class ReplicaDedupe:
     def _warn_interval(
         self, target: Target, replica: Replica, scrapes: np.ndarray, warned: set[tuple[str, str]]
     ) -> None:
-        """A target scraped much less often than Δ: two replicas' samples of one scrape can then be more
-        than Δ/2 apart and would count as two scrapes. Said once per pull and target."""
+        """A stream scraped much less often than Δ (an HA target's replica, a shared GPU's target): two
+        streams' samples of one scrape can then be more than Δ/2 apart and would count as two scrapes. Said
+        once per pull and target."""
         if len(scrapes) < 3:
             return
         interval = float(np.median(np.diff(scrapes)))
@@ -341,15 +349,21 @@ class ReplicaDedupe:
             return
         warned.add(("interval", name))
         log.warning(
-            "Prometheus %s: target %s (replica %s) is scraped every %g s, but scrape_interval_seconds is %g: "
-            "its replicas' samples of one scrape may lie more than half of that apart and count twice (R1); "
-            "set scrape_interval_seconds (the cluster's own, or the pool's) to the scrape interval",
+            "Prometheus %s: target %s is scraped every %g s, but scrape_interval_seconds is %g: "
+            "two streams' samples of one scrape (two replicas, or two targets of one GPU) may then lie more "
+            "than half of scrape_interval_seconds apart and count twice; set scrape_interval_seconds (the "
+            "cluster's own, or the pool's) to the scrape interval",
             self.url,
-            name,
-            ",".join(v for v in replica if v),
+            _stream_name(target, replica),
             interval / 1000,
             self.scrape_interval_ms / 1000,
         )
+
+
+def _stream_name(target: Target, replica: Replica) -> str:
+    """A stream of scrapes as warnings name it: its target, and its replica labels' values."""
+    labels = ",".join(v for v in replica if v)
+    return f"{_target_name(target)} ({'replica ' + labels if labels else 'no replica label'})"
 
 
 def _target_name(target: Target) -> str:
