@@ -9,7 +9,12 @@ import shutil
 import pytest
 
 # What .ci/run installs, and the Debian package that brings it.
-CI_BINARIES = {"prometheus": "prometheus", "promtool": "prometheus", "chromium": "chromium"}
+CI_BINARIES = {
+    "prometheus": "prometheus",
+    "promtool": "prometheus",
+    "victoria-metrics": "victoria-metrics",
+    "chromium": "chromium",
+}
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -1,7 +1,7 @@
 """Helpers for tests/test_prometheus.py: tiny OpenMetrics files and a misbehaving HTTP server.
 
-Nothing here is mocked: the OpenMetrics text is backfilled into a real Prometheus with promtool, and
-the fault server is a real `http.server` on 127.0.0.1, so the client sees real sockets, real status
+Nothing here is mocked: the OpenMetrics text is backfilled into a real Prometheus with promtool (or imported
+into a real VictoriaMetrics, `served`), and the fault server is a real `http.server` on 127.0.0.1, so the client sees real sockets, real status
 codes, real timeouts and real truncated bodies.
 """
 
@@ -28,6 +28,17 @@ needs_prometheus = pytest.mark.skipif(
     not promserver.binaries_available(),
     reason=f"`prometheus` and `promtool` are not on PATH: {promserver.INSTALL_HINT}",
 )
+needs_victoria_metrics = pytest.mark.skipif(
+    not promserver.victoria_metrics_available(),
+    reason=f"`victoria-metrics` is not on PATH: {promserver.VICTORIA_METRICS_INSTALL_HINT}",
+)
+PromQLServer = promserver.PrometheusServer | promserver.VictoriaMetricsServer
+# The PromQL servers a module's real-server tests run against, each test once per server (`served`).
+PROMETHEUS, VICTORIA_METRICS = "prometheus", "victoria-metrics"
+BACKENDS = [
+    pytest.param(PROMETHEUS, id=PROMETHEUS),
+    pytest.param(VICTORIA_METRICS, id=VICTORIA_METRICS, marks=needs_victoria_metrics),
+]
 
 
 @dataclass(frozen=True)
@@ -83,6 +94,34 @@ def serve_samples(samples: Iterable[Sample], folder: Path) -> Iterator[promserve
     promserver.backfill(write_openmetrics(samples, folder / "samples.om"), folder / "tsdb")
     with promserver.PrometheusServer(folder / "tsdb") as server:
         yield server
+
+
+def keeps_nan(server: PromQLServer) -> bool:
+    """Whether the server stores a NaN sample: Prometheus does; VictoriaMetrics drops it at ingestion (its
+    export holds none), so a NaN reading is no sample there (docs/prometheus.md)."""
+    return isinstance(server, promserver.PrometheusServer)
+
+
+def prometheus_text(samples: Iterable[Sample]) -> str:
+    """The samples in the Prometheus text format, timestamps in milliseconds (VictoriaMetrics' import)."""
+    lines = []
+    for s in samples:
+        labels = ",".join(f'{k}="{_escape(v)}"' for k, v in s.labels)
+        lines.append(f"{s.metric}{{{labels}}} {_value(s.value)} {s.ts_ms}")
+    return "\n".join(lines) + "\n"
+
+
+@contextmanager
+def served(backend: str, samples: Iterable[Sample], folder: Path) -> Iterator[PromQLServer]:
+    """A real PromQL server on 127.0.0.1 holding `samples`: Prometheus (backfilled with promtool) or
+    VictoriaMetrics (imported over HTTP)."""
+    if backend == PROMETHEUS:
+        with serve_samples(samples, folder) as server:
+            yield server
+        return
+    with promserver.VictoriaMetricsServer(folder / "victoria-metrics") as vm:
+        vm.import_samples(prometheus_text(samples))
+        yield vm
 
 
 def matrix_body(series: list[tuple[dict[str, str], list[tuple[int, str]]]]) -> bytes:

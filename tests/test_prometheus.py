@@ -1,5 +1,5 @@
-"""The Prometheus source against a REAL Prometheus on 127.0.0.1 (backfilled with promtool) and a real
-misbehaving HTTP server: exactness (R1, R2), chunk-size invariance, HA replica dedupe (more, with gappy
+"""The Prometheus source against a REAL Prometheus on 127.0.0.1 (backfilled with promtool), each such test
+also against a real VictoriaMetrics (`served`), and a real misbehaving HTTP server: exactness (R1, R2), chunk-size invariance, HA replica dedupe (more, with gappy
 replicas, in tests/test_prometheus_ha.py), label spellings,
 the selector, retries and errors, and the key equality "Prometheus path == Parquet path" on the
 simulated factory."""
@@ -19,12 +19,16 @@ from typing import Any
 import pyarrow as pa
 import pytest
 from prometheus_fixtures import (
+    BACKENDS,
+    PROMETHEUS,
     FaultServer,
+    PromQLServer,
     Reply,
     Sample,
+    keeps_nan,
     matrix_body,
     sample,
-    serve_samples,
+    served,
     write_openmetrics,
 )
 
@@ -35,7 +39,7 @@ from gpumeter.ingest.parquet import ParquetRawSource
 from gpumeter.ingest.prometheus import PrometheusRawSource, parse_timestamp_ms
 from gpumeter.ingest.schema import DCGM_SERIES_LABELS, RAW_DCGM_SCHEMA, RAW_KUBE_SCHEMA, dcgm_series_key
 from gpumeter_sim import promserver
-from gpumeter_sim.promserver import PrometheusServer, backfill
+from gpumeter_sim.promserver import PrometheusServer, VictoriaMetricsServer, backfill
 
 if not promserver.binaries_available():  # CI installs it (.ci/run); say what to do anywhere else
     pytest.skip(
@@ -152,10 +156,10 @@ def _all_samples() -> list[Sample]:
     return [x for samples in FIXTURES.values() for x in samples]
 
 
-@pytest.fixture(scope="module")
-def prom(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PrometheusServer]:
+@pytest.fixture(scope="module", params=BACKENDS)
+def prom(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[PromQLServer]:
     folder = tmp_path_factory.mktemp("prom")
-    with serve_samples(_all_samples(), folder) as server:
+    with served(request.param, _all_samples(), folder) as server:
         yield server
     assert server.process is None
 
@@ -179,11 +183,13 @@ def rows(table: pa.Table) -> list[tuple[Any, ...]]:
     return sorted(out, key=lambda r: tuple((v is None, str(v)) for v in r))
 
 
-def expected(cluster: str, metric: str, lo: int, hi: int) -> list[tuple[int, Any]]:
+def expected(cluster: str, metric: str, lo: int, hi: int, nan: bool = True) -> list[tuple[int, Any]]:
+    """The fixture's samples of [lo, hi); with `nan` False, without its NaN samples (a server that drops
+    them at ingestion: keeps_nan)."""
     out = [
         (s.ts_ms, "NaN" if math.isnan(s.value) else s.value)
         for s in FIXTURES[cluster]
-        if s.metric == metric and lo <= s.ts_ms < hi
+        if s.metric == metric and lo <= s.ts_ms < hi and (nan or not math.isnan(s.value))
     ]
     return sorted(out)
 
@@ -199,17 +205,20 @@ def got(table: pa.Table, metric: str) -> list[tuple[int, Any]]:
 # --- exactness (R1, R2) ----------------------------------------------------------------------
 
 
-def test_fetch_day_returns_exactly_the_samples_of_the_half_open_day(prom: PrometheusServer) -> None:
+def test_fetch_day_returns_exactly_the_samples_of_the_half_open_day(prom: PromQLServer) -> None:
     raw = source(prom.url, 'cluster="exact"', **FEW).fetch_day("exact", DAY, 0)
     assert raw.dcgm.schema.equals(RAW_DCGM_SCHEMA) and raw.kube.schema.equals(RAW_KUBE_SCHEMA)
     for metric, table in ((UTIL, raw.dcgm), (FB, raw.dcgm), (PHASE, raw.kube)):
-        want = expected("exact", metric, D0, D1)
+        want = expected("exact", metric, D0, D1, keeps_nan(prom))
         assert got(table, metric) == want, metric
     util = got(raw.dcgm, UTIL)
     assert util[0][0] == D0  # the sample at 00:00:00.000 is this day's
     assert util[-1][0] == D1 - STEP  # the one at the next midnight is not
-    assert len(util) == 2880
-    assert any(v == "NaN" for _, v in util)  # NaN passes through; the accounting ignores it (R10)
+    if keeps_nan(prom):
+        assert len(util) == 2880
+        assert any(v == "NaN" for _, v in util)  # NaN passes through; the accounting ignores it (R10)
+    else:
+        assert len(util) == 2879  # the fixture's one NaN sample was never stored
     fb_ts = [ts for ts, _ in got(raw.dcgm, FB)]
     assert all(ts % 1000 == 123 for ts in fb_ts)  # millisecond timestamps survive exactly
     # Every row carries its series' key: one per label set, the fixed function of its labels.
@@ -218,18 +227,18 @@ def test_fetch_day_returns_exactly_the_samples_of_the_half_open_day(prom: Promet
     assert len({s["series_key"] for s in series}) == len(series)
 
 
-def test_next_day_starts_with_the_midnight_sample_and_lookback_reaches_back(prom: PrometheusServer) -> None:
+def test_next_day_starts_with_the_midnight_sample_and_lookback_reaches_back(prom: PromQLServer) -> None:
     nxt = source(prom.url, 'cluster="exact"', **FEW).fetch_day("exact", DAY + timedelta(days=1), 0)
     assert got(nxt.dcgm, UTIL)[0][0] == D1
-    assert got(nxt.dcgm, UTIL) == expected("exact", UTIL, D1, D1 + 86_400_000)
+    assert got(nxt.dcgm, UTIL) == expected("exact", UTIL, D1, D1 + 86_400_000, keeps_nan(prom))
     with_lookback = source(prom.url, 'cluster="exact"', **FEW).fetch_day("exact", DAY, 300_000)
     for metric, table in ((UTIL, with_lookback.dcgm), (FB, with_lookback.dcgm), (PHASE, with_lookback.kube)):
-        assert got(table, metric) == expected("exact", metric, D0 - 300_000, D1), metric
-    assert len(got(with_lookback.dcgm, UTIL)) == 2880 + 10
+        assert got(table, metric) == expected("exact", metric, D0 - 300_000, D1, keeps_nan(prom)), metric
+    assert len(got(with_lookback.dcgm, UTIL)) == 2880 + 10 - (not keeps_nan(prom))
 
 
 @pytest.mark.parametrize("chunk_seconds", [300, 1234, 86_400 * 2])
-def test_results_do_not_depend_on_the_chunk_size(prom: PrometheusServer, chunk_seconds: int) -> None:
+def test_results_do_not_depend_on_the_chunk_size(prom: PromQLServer, chunk_seconds: int) -> None:
     # 300 s: every window edge falls on a sample (a closed range selector would count it twice);
     # 1234 s: edges between samples; two days: one window.
     reference = source(prom.url, 'cluster="exact"', **FEW).fetch_day("exact", DAY, 300_000)
@@ -238,8 +247,8 @@ def test_results_do_not_depend_on_the_chunk_size(prom: PrometheusServer, chunk_s
     )
     assert rows(other.dcgm) == rows(reference.dcgm)
     assert rows(other.kube) == rows(reference.kube)
-    assert reference.dcgm.num_rows == len(expected("exact", UTIL, D0 - 300_000, D1)) + len(
-        expected("exact", FB, D0 - 300_000, D1)
+    assert reference.dcgm.num_rows == len(expected("exact", UTIL, D0 - 300_000, D1, keeps_nan(prom))) + len(
+        expected("exact", FB, D0 - 300_000, D1, keeps_nan(prom))
     )
 
 
@@ -268,7 +277,7 @@ def test_parse_timestamp_ms_is_exact() -> None:
 # --- HA replicas -----------------------------------------------------------------------------
 
 
-def test_replicas_scraping_at_different_times_bill_once(prom: PrometheusServer) -> None:
+def test_replicas_scraping_at_different_times_bill_once(prom: PromQLServer) -> None:
     raw = source(prom.url, 'cluster="ha"', **FEW).fetch_day("ha", DAY, 0)
     for uuid in ("GPU-1", "GPU-2"):
         t = raw.dcgm.filter(pa.compute.equal(raw.dcgm.column("uuid"), uuid))
@@ -281,7 +290,7 @@ def test_replicas_scraping_at_different_times_bill_once(prom: PrometheusServer) 
     assert "replica" not in raw.kube.column("labels")[0].as_py()
 
 
-def test_failover_takes_the_replica_that_is_up(prom: PrometheusServer) -> None:
+def test_failover_takes_the_replica_that_is_up(prom: PromQLServer) -> None:
     raw = source(prom.url, 'cluster="failover"', **FEW).fetch_day("failover", DAY, 0)
     ts = sorted(raw.dcgm.column("ts_ms").to_pylist())
     six = D0 + 6 * 3_600_000
@@ -291,7 +300,7 @@ def test_failover_takes_the_replica_that_is_up(prom: PrometheusServer) -> None:
     assert len(ts) == 2880
 
 
-def test_one_replica_per_target_for_all_its_series(prom: PrometheusServer) -> None:
+def test_one_replica_per_target_for_all_its_series(prom: PromQLServer) -> None:
     # Deciding per series would take GPU-2's last two samples from b (a's scrapes did not show it): two
     # timestamps per scrape of one node. Deciding per target (job, instance) keeps each scrape whole: a's
     # scrapes are kept, and they show GPU-2 118 times.
@@ -303,7 +312,7 @@ def test_one_replica_per_target_for_all_its_series(prom: PrometheusServer) -> No
 # --- labels, cluster, selector ---------------------------------------------------------------
 
 
-def test_label_spellings_map_to_the_same_columns(prom: PrometheusServer) -> None:
+def test_label_spellings_map_to_the_same_columns(prom: PromQLServer) -> None:
     tables = {}
     for cluster in ("new", "old", "exported"):
         raw = source(prom.url, f'cluster="{cluster}"', **FEW).fetch_day(cluster, DAY, 0)
@@ -337,7 +346,7 @@ def test_label_spellings_map_to_the_same_columns(prom: PrometheusServer) -> None
     assert first == {**expected, "series_key": dcgm_series_key(expected)}
 
 
-def test_cluster_column_from_the_label_else_the_configured_name(prom: PrometheusServer) -> None:
+def test_cluster_column_from_the_label_else_the_configured_name(prom: PromQLServer) -> None:
     raw = source(prom.url, 'job="nocluster"', cluster="fallback", **FEW).fetch_day("fallback", DAY, 0)
     assert raw.dcgm.num_rows == 21 and set(raw.dcgm.column("cluster").to_pylist()) == {"fallback"}
     src = source(prom.url, 'k8s_cluster="kc"', cluster_label="k8s_cluster", **FEW)
@@ -351,13 +360,13 @@ def test_cluster_column_from_the_label_else_the_configured_name(prom: Prometheus
     }
 
 
-def test_kube_labels_are_json_without_target_cluster_and_name(prom: PrometheusServer) -> None:
+def test_kube_labels_are_json_without_target_cluster_and_name(prom: PromQLServer) -> None:
     raw = source(prom.url, 'cluster="exact"', **FEW).fetch_day("exact", DAY, 0)
     labels = set(raw.kube.column("labels").to_pylist())
     assert labels == {'{"namespace":"team-a","phase":"Running","pod":"p1","uid":"u1"}'}
 
 
-def test_kube_target_is_job_slash_instance_else_null(prom: PrometheusServer) -> None:
+def test_kube_target_is_job_slash_instance_else_null(prom: PromQLServer) -> None:
     raw = source(prom.url, 'cluster="exact"', **FEW).fetch_day("exact", DAY, 0)
     assert set(raw.kube.column("target").to_pylist()) == {"kube-state-metrics/ksm:8080"}
     # The k8s_cluster fixture's phase series carries neither job nor instance.
@@ -365,7 +374,7 @@ def test_kube_target_is_job_slash_instance_else_null(prom: PrometheusServer) -> 
     assert raw.kube.num_rows == 3 and raw.kube.column("target").null_count == 3
 
 
-def test_selector_is_added_to_every_query(prom: PrometheusServer) -> None:
+def test_selector_is_added_to_every_query(prom: PromQLServer) -> None:
     src = source(prom.url, 'cluster="new"', **FEW)
     assert src.query_for(UTIL, 3_600_000) == 'DCGM_FI_DEV_GPU_UTIL{cluster="new"}[3600001ms]'
     assert set(src.fetch_day("new", DAY, 0).dcgm.column("cluster").to_pylist()) == {"new"}
@@ -381,9 +390,11 @@ def test_selector_is_added_to_every_query(prom: PrometheusServer) -> None:
 # --- the key test: Prometheus path == Parquet path -------------------------------------------
 
 
-def test_prometheus_path_equals_parquet_path_on_the_simulated_factory(tmp_path: Path) -> None:
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_prometheus_path_equals_parquet_path_on_the_simulated_factory(tmp_path: Path, backend: str) -> None:
     """Simulate two days, write them as Parquet (the parquet source) and as OpenMetrics into a real
-    Prometheus; the second day with its lookback must come out of both sources identical."""
+    Prometheus (or VictoriaMetrics); the second day with its lookback must come out of both sources
+    identical."""
     import gpumeter_sim as simulator
     from gpumeter_sim import openmetrics
 
@@ -406,9 +417,16 @@ def test_prometheus_path_equals_parquet_path_on_the_simulated_factory(tmp_path: 
         for t in (first.dcgm, first.kube)
     ]
     openmetrics.write_openmetrics([(tail[0], tail[1]), (second.dcgm, second.kube)], tmp_path / "sim.om")
-    backfill(tmp_path / "sim.om", tmp_path / "tsdb")
     k8s = tmp_path / "source" / "k8s" / "cluster=sim" / f"day={day.isoformat()}"
-    with PrometheusServer(tmp_path / "tsdb") as server:
+    server: PromQLServer
+    if backend == PROMETHEUS:
+        backfill(tmp_path / "sim.om", tmp_path / "tsdb")
+        server = PrometheusServer(tmp_path / "tsdb")
+    else:
+        server = VictoriaMetricsServer(tmp_path / "victoria-metrics")
+    with server:
+        if isinstance(server, VictoriaMetricsServer):
+            server.import_openmetrics(tmp_path / "sim.om")
         src = source(
             server.url,
             'cluster="sim"',
@@ -748,7 +766,7 @@ def test_backfill_errors_are_clear(tmp_path: Path) -> None:
     [("exact", 300_000, 3600), ("ha", 0, 3600), ("failover", 300_000, 3600), ("failover", 0, 5400)],
 )
 def test_the_day_in_parts_holds_exactly_the_rows_of_the_whole_day(
-    prom: PrometheusServer, cluster: str, lookback_ms: int, bucket_seconds: int
+    prom: PromQLServer, cluster: str, lookback_ms: int, bucket_seconds: int
 ) -> None:
     """fetch_day_parts cuts the day at replica-dedupe bucket edges (R1: the failover fixture switches replica
     at 06:00; a 90-minute bucket puts edges off the hour): the parts hold the rows of fetch_day, each part one

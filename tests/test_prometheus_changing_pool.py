@@ -5,8 +5,9 @@ MIG GPU re-partitioned with its ResourceSlice re-published under new device name
 recreated under a new uid, a 20-minute DRA job whose claim lives only in the timed snapshots of its life, a
 pod relabelled at noon, kube-state-metrics stamped 20 s before dcgm-exporter — is written once as Parquet and
 once as OpenMetrics scraped by an HA pair (`prometheus_replica` a and b, b 2 s later, a down 10:05–10:20 and
-b 10:35–10:50 every day), backfilled with promtool into a real Prometheus on 127.0.0.1. The Prometheus path
-reads the DRA objects from the timed snapshot folder (`k8s_snapshots_dir`). Both are metered by the real
+b 10:35–10:50 every day), backfilled with promtool into a real Prometheus on 127.0.0.1 (and, again, imported
+into a real VictoriaMetrics, another PromQL API). The Prometheus path reads the DRA objects from the timed
+snapshot folder (`k8s_snapshots_dir`). Both are metered by the real
 Dagster jobs: every invoice line and every mart must be identical — the union of the replicas' scrapes
 loses no sample and counts none twice.
 """
@@ -28,8 +29,8 @@ from gpumeter.config import load_config
 from gpumeter.pipelines.launch import invoice_month, meter_days
 from gpumeter.storage.paths import MARTS
 from gpumeter.storage.warehouse import Warehouse
-from gpumeter_sim.promserver import PrometheusServer, backfill
-from tests.prometheus_fixtures import needs_prometheus
+from gpumeter_sim.promserver import PrometheusServer, VictoriaMetricsServer, backfill
+from tests.prometheus_fixtures import BACKENDS, PROMETHEUS, PromQLServer, needs_prometheus
 
 pytestmark = [pytest.mark.slow, needs_prometheus]
 
@@ -55,8 +56,10 @@ def _edit(config_path: Path, **changes: object) -> None:
     config_path.write_text(yaml.safe_dump(doc, sort_keys=False), encoding="utf-8")
 
 
-@pytest.fixture(scope="module")
-def two_paths(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, Path]]:
+@pytest.fixture(scope="module", params=BACKENDS)
+def two_paths(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[Path, Path]]:
     root = tmp_path_factory.mktemp("changing-pool")
     parquet_dir = root / "parquet"
     simulator.write_parquet(SPEC, parquet_dir / "source")
@@ -69,8 +72,16 @@ def two_paths(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, 
     simulator.write_openmetrics(SPEC, prom_dir / "factory.om")
     text = (prom_dir / "factory.om").read_text(encoding="utf-8")
     assert 'prometheus_replica="a"' in text and 'prometheus_replica="b"' in text
-    tsdb = backfill(prom_dir / "factory.om", prom_dir / "prometheus-tsdb")
-    with PrometheusServer(tsdb) as server:
+    server: PromQLServer
+    if request.param == PROMETHEUS:
+        data = backfill(prom_dir / "factory.om", prom_dir / "prometheus-tsdb")
+        server = PrometheusServer(data)
+    else:
+        data = prom_dir / "victoria-metrics"
+        server = VictoriaMetricsServer(data)
+    with server:
+        if isinstance(server, VictoriaMetricsServer):
+            server.import_openmetrics(prom_dir / "factory.om")
         placeholder = prom_dir / "none.json"
         prom_config = write_prometheus_demo_config(
             prom_dir, server.url, claims_file=placeholder, slices_file=placeholder
@@ -88,8 +99,8 @@ def two_paths(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, 
         )
         meter_days(str(prom_config), SPEC.day_list)
         invoice_month(str(prom_config), PERIOD)
-    found = subprocess.run(["pgrep", "-f", str(tsdb)], capture_output=True, text=True, check=False)
-    assert found.stdout.split() == [], "no prometheus is left running"
+    found = subprocess.run(["pgrep", "-f", str(data)], capture_output=True, text=True, check=False)
+    assert found.stdout.split() == [], "no server is left running"
     meter_days(str(parquet_config), SPEC.day_list)
     invoice_month(str(parquet_config), PERIOD)
     yield parquet_config, prom_config

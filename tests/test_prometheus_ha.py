@@ -1,4 +1,5 @@
-"""HA Prometheus pairs against a REAL Prometheus on 127.0.0.1 (backfilled with promtool): the union of the
+"""HA Prometheus pairs against a REAL Prometheus on 127.0.0.1 (backfilled with promtool), and a real
+VictoriaMetrics holding the same samples: the union of the
 replicas' scrapes is kept, one sample per scrape (R1), decided per scrape target so that every series of a
 target has the same timestamps (R1a reads a series' end from them), whatever the chunking of the pull.
 
@@ -22,7 +23,14 @@ import duckdb
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
-from prometheus_fixtures import Sample, needs_prometheus, sample, serve_samples
+from prometheus_fixtures import (
+    BACKENDS,
+    PromQLServer,
+    Sample,
+    needs_prometheus,
+    sample,
+    served,
+)
 
 from gpumeter.config import PrometheusSource
 from gpumeter.ingest.contract import concat_parts, day_bounds_ms
@@ -166,10 +174,10 @@ def day_scrapes(cluster: str) -> list[int]:
     return out
 
 
-@pytest.fixture(scope="module")
-def prom(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PrometheusServer]:
+@pytest.fixture(scope="module", params=BACKENDS)
+def prom(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[PromQLServer]:
     folder = tmp_path_factory.mktemp("prom-ha")
-    with serve_samples(_samples(), folder) as server:
+    with served(request.param, _samples(), folder) as server:
         yield server
 
 
@@ -237,7 +245,7 @@ def rows(table: pa.Table) -> list[tuple[Any, ...]]:
 # --- the union of the replicas' scrapes ------------------------------------------------------
 
 
-def test_both_replicas_gappy_in_one_hour_keep_every_scrape_once(prom: PrometheusServer) -> None:
+def test_both_replicas_gappy_in_one_hour_keep_every_scrape_once(prom: PromQLServer) -> None:
     raw = source(prom.url, "gappy").fetch_day("gappy", DAY, 0)
     got = by_series(raw)
     # By hand: A misses 10:05-10:20 (30 scrapes), B misses 10:35-10:50 (30 others): every one of the day's
@@ -262,7 +270,7 @@ def test_both_replicas_gappy_in_one_hour_keep_every_scrape_once(prom: Prometheus
     assert not any("replica" in text for text in raw.kube.column("labels").to_pylist())
 
 
-def test_every_series_of_a_target_has_the_targets_scrape_times(prom: PrometheusServer) -> None:
+def test_every_series_of_a_target_has_the_targets_scrape_times(prom: PromQLServer) -> None:
     """R1a reads a kube series' end from its target's scrapes: a kept scrape is one replica's whole scrape,
     so every series of the target has exactly the kept scrapes' timestamps where it exists."""
     for cluster in FIXTURES:
@@ -293,7 +301,7 @@ def test_every_series_of_a_target_has_the_targets_scrape_times(prom: PrometheusS
         assert set(raw.kube.column("target").to_pylist()) == {KSM_TARGET}
 
 
-def test_one_replica_down_for_a_whole_hour(prom: PrometheusServer) -> None:
+def test_one_replica_down_for_a_whole_hour(prom: PromQLServer) -> None:
     got = by_series(source(prom.url, "hour-down").fetch_day("hour-down", DAY, 0))
     ts = [t for t, _ in got[(UTIL, ("GPU-1", None))]]
     # 2,880 scrapes; the 120 of 13:00-14:00 are B's, at hh:mm:02 and hh:mm:32.
@@ -305,7 +313,7 @@ def test_one_replica_down_for_a_whole_hour(prom: PrometheusServer) -> None:
     assert got == {k: v for k, v in expected_by_series("hour-down", D0, D1).items()}
 
 
-def test_three_replicas_fill_each_others_gaps_once(prom: PrometheusServer) -> None:
+def test_three_replicas_fill_each_others_gaps_once(prom: PromQLServer) -> None:
     got = by_series(source(prom.url, "three").fetch_day("three", DAY, 0))
     ts = [t for t, _ in got[(FB, ("GPU-2", None))]]
     # a misses 06:00-07:00; b (+2 s) misses 06:30-07:30; c (+4 s) misses 07:45-08:00: 06:00-06:30 is b's
@@ -316,7 +324,7 @@ def test_three_replicas_fill_each_others_gaps_once(prom: PrometheusServer) -> No
     assert got == expected_by_series("three", D0, D1)
 
 
-def test_a_replica_half_an_interval_later_fills_exactly_the_gap(prom: PrometheusServer) -> None:
+def test_a_replica_half_an_interval_later_fills_exactly_the_gap(prom: PromQLServer) -> None:
     got = by_series(source(prom.url, "half").fetch_day("half", DAY, 0))
     ts = [t for t, _ in got[(UTIL, ("GPU-1", None))]]
     # b's sample at k·Δ + 15 s is scrape k's: a's gap 10:05-10:20 (30 scrapes) is filled by b's 10:05:15 ...
@@ -343,7 +351,7 @@ def test_a_replica_half_an_interval_later_fills_exactly_the_gap(prom: Prometheus
     ],
 )
 def test_the_day_in_parts_holds_exactly_the_rows_of_the_whole_day(
-    prom: PrometheusServer, cluster: str, lookback_ms: int, bucket_seconds: int
+    prom: PromQLServer, cluster: str, lookback_ms: int, bucket_seconds: int
 ) -> None:
     whole = source(prom.url, cluster, dedupe_bucket_seconds=bucket_seconds).fetch_day(
         cluster, DAY, lookback_ms
@@ -379,7 +387,7 @@ def test_the_day_in_parts_holds_exactly_the_rows_of_the_whole_day(
         assert len({t // bucket_ms for t in ts}) <= 1  # one part, one bucket
 
 
-def test_a_scrape_straddling_a_part_edge_counts_once(prom: PrometheusServer) -> None:
+def test_a_scrape_straddling_a_part_edge_counts_once(prom: PromQLServer) -> None:
     parts = list(source(prom.url, "straddle").fetch_day_parts("straddle", DAY, 0))
     ten, eleven = parts[10], parts[11]
     util = pc.equal(ten.dcgm.column("metric"), UTIL)
@@ -408,7 +416,7 @@ def test_a_scrape_straddling_a_part_edge_counts_once(prom: PrometheusServer) -> 
     assert len(ts11) == 121
 
 
-def test_a_scrape_straddling_midnight_belongs_to_one_day(prom: PrometheusServer) -> None:
+def test_a_scrape_straddling_midnight_belongs_to_one_day(prom: PromQLServer) -> None:
     """A's 23:59:59.5 and B's 00:00:01.5 are one scrape: the day of A's sample has it, the next day not."""
     src = source(prom.url, "straddle")
     days = [src.fetch_day("straddle", DAY + timedelta(days=d), 0) for d in (-1, 0, 1)]
@@ -433,7 +441,7 @@ def test_a_scrape_straddling_midnight_belongs_to_one_day(prom: PrometheusServer)
 
 
 def test_the_target_survives_a_round_trip_through_openmetrics_and_prometheus(
-    prom: PrometheusServer, tmp_path: Path
+    prom: PromQLServer, tmp_path: Path
 ) -> None:
     pulled = source(prom.url, "gappy").fetch_day("gappy", DAY, 0)
     assert set(pulled.kube.column("target").to_pylist()) == {KSM_TARGET}

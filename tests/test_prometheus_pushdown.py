@@ -7,7 +7,8 @@
   escaped, so a value such as `a"} or vector(1) #` selects its own series and nothing else.
 - The pull knobs are config fields (chunk_seconds, min_chunk_seconds, dedupe_bucket_seconds, pushdown).
 
-Against a real Prometheus on 127.0.0.1, backfilled with promtool (tests/prometheus_fixtures.py).
+Against a real Prometheus on 127.0.0.1, backfilled with promtool, and a real VictoriaMetrics
+(tests/prometheus_fixtures.py: `served`).
 """
 
 from __future__ import annotations
@@ -22,14 +23,13 @@ import pyarrow as pa
 import pytest
 import yaml
 from dagster import asset, materialize
-from prometheus_fixtures import Sample, needs_prometheus, sample, serve_samples
+from prometheus_fixtures import BACKENDS, PromQLServer, Sample, needs_prometheus, sample, served
 from pydantic import ValidationError
 
 from gpumeter.config import ConfigError, PrometheusSource, parse_config
 from gpumeter.ingest.contract import day_bounds_ms
 from gpumeter.ingest.prometheus import PrometheusRawSource
 from gpumeter.ingest.schema import DCGM_GPU_UTIL, DCGM_XID
-from gpumeter_sim.promserver import PrometheusServer
 
 pytestmark = needs_prometheus
 
@@ -95,10 +95,10 @@ SAMPLES = [
 ]
 
 
-@pytest.fixture(scope="module")
-def prom(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PrometheusServer]:
+@pytest.fixture(scope="module", params=BACKENDS)
+def prom(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[PromQLServer]:
     folder = tmp_path_factory.mktemp("pushdown")
-    with serve_samples(SAMPLES, folder) as server:
+    with served(request.param, SAMPLES, folder) as server:
         yield server
 
 
@@ -115,7 +115,7 @@ def _xid_rows(table: pa.Table) -> list[tuple[str, int, float]]:
 # --- XID push-down (R11, R1) ---------------------------------------------------------------------
 
 
-def test_xid_raw_samples_are_fetched_only_where_some_value_is_not_zero(prom: PrometheusServer) -> None:
+def test_xid_raw_samples_are_fetched_only_where_some_value_is_not_zero(prom: PromQLServer) -> None:
     src = _source(prom.url)
     raw = src.fetch_day("x", DAY, 0)
     # Hand-computed: GPU-2's samples of the 10:00 window, [10:00, 11:00) every 30 s = 120 rows, 60 of
@@ -128,7 +128,7 @@ def test_xid_raw_samples_are_fetched_only_where_some_value_is_not_zero(prom: Pro
     assert util.num_rows == 2 * 2880
 
 
-def test_pushdown_keeps_every_non_zero_xid_sample_whatever_the_chunking(prom: PrometheusServer) -> None:
+def test_pushdown_keeps_every_non_zero_xid_sample_whatever_the_chunking(prom: PromQLServer) -> None:
     everything = _source(prom.url, pushdown=False).fetch_day("x", DAY, 0)
     nonzero = [row for row in _xid_rows(everything.dcgm) if row[2] != 0]
     assert len(_xid_rows(everything.dcgm)) == 3 * 2880
@@ -141,7 +141,7 @@ def test_pushdown_keeps_every_non_zero_xid_sample_whatever_the_chunking(prom: Pr
         assert len(rows) == len(set(rows)), chunk
 
 
-def test_pushdown_moves_fewer_samples_than_the_raw_pull(prom: PrometheusServer) -> None:
+def test_pushdown_moves_fewer_samples_than_the_raw_pull(prom: PromQLServer) -> None:
     raw_src, pushed_src = _source(prom.url, pushdown=False), _source(prom.url)
     raw_src.fetch_day("x", DAY, 0)
     pushed_src.fetch_day("x", DAY, 0)
@@ -165,7 +165,7 @@ def _pod_samples(src: PrometheusRawSource) -> dict[tuple[str, int], bool]:
     return out
 
 
-def test_only_the_running_phase_series_is_pulled_and_says_the_same(prom: PrometheusServer) -> None:
+def test_only_the_running_phase_series_is_pulled_and_says_the_same(prom: PromQLServer) -> None:
     def source(pushdown: bool) -> PrometheusRawSource:
         spec = PrometheusSource(url=prom.url, selector='cluster="x"', pushdown=pushdown)
         return PrometheusRawSource(spec, "x", dcgm_metrics=(), kube_metrics=("kube_pod_status_phase",))
@@ -218,7 +218,7 @@ def test_label_matchers_are_accepted_and_rendered_canonically(given: str, render
     assert PrometheusRawSource(spec, "c").query_for(DCGM_XID, 1000) == f"{DCGM_XID}{{{rendered}}}[1001ms]"
 
 
-def test_a_hostile_label_value_selects_only_its_own_series(prom: PrometheusServer) -> None:
+def test_a_hostile_label_value_selects_only_its_own_series(prom: PromQLServer) -> None:
     # The selector may carry such a value, escaped; the server must read it as a plain value.
     escaped = EVIL.replace('"', '\\"')
     spec = PrometheusSource(url=prom.url, selector=f'cluster="x",note="{escaped}"')

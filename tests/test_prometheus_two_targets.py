@@ -1,5 +1,6 @@
 """One GPU scraped by two targets at once (dcgm-exporter in two scrape jobs: the GPU operator's ServiceMonitor
-and a pod-annotation job, say), against a REAL Prometheus on 127.0.0.1 (backfilled with promtool). Prometheus
+and a pod-annotation job, say), against a REAL Prometheus on 127.0.0.1 (backfilled with promtool) and a
+real VictoriaMetrics. Prometheus
 keeps them as two series per metric that differ only in `job`/`instance`, stamped a fraction of Δ apart; read
 as they come, the GPU would have two samples per scrape and be billed twice. The pull counts each scrape once,
 as for HA replicas: the first target's scrape, another's only where it fills a gap. The same holds for a GPU
@@ -23,11 +24,10 @@ from decimal import Decimal
 from typing import Any
 
 import pytest
-from prometheus_fixtures import Sample, needs_prometheus, sample, serve_samples
+from prometheus_fixtures import BACKENDS, PromQLServer, Sample, needs_prometheus, sample, served
 
 from gpumeter.ingest.contract import concat_parts, day_bounds_ms
 from gpumeter.models.runner import meter_day
-from gpumeter_sim.promserver import PrometheusServer
 from tests.test_prometheus_ha import DELTA, FB, UTIL, source
 from tests.test_rules import H100, make_config
 
@@ -153,9 +153,9 @@ def expected(cluster: str) -> list[tuple[int, float]]:
     return out
 
 
-@pytest.fixture(scope="module")
-def prom(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PrometheusServer]:
-    with serve_samples(_samples(), tmp_path_factory.mktemp("prom-two-targets")) as server:
+@pytest.fixture(scope="module", params=BACKENDS)
+def prom(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[PromQLServer]:
+    with served(request.param, _samples(), tmp_path_factory.mktemp("prom-two-targets")) as server:
         yield server
 
 
@@ -167,7 +167,7 @@ def by_series(dcgm: Any) -> dict[tuple[str, str], list[tuple[int, float]]]:
 
 
 def pulled(
-    prom: PrometheusServer, cluster: str, caplog: pytest.LogCaptureFixture
+    prom: PromQLServer, cluster: str, caplog: pytest.LogCaptureFixture
 ) -> tuple[dict[tuple[str, str], list[tuple[int, float]]], list[str]]:
     """The cluster's day pulled, by series, and what the pull said of GPUs reported more than once."""
     with caplog.at_level(logging.WARNING, logger="gpumeter.ingest.prometheus.windows"):
@@ -177,7 +177,7 @@ def pulled(
 
 
 def test_a_gpu_scraped_by_two_jobs_counts_each_scrape_once(
-    prom: PrometheusServer, caplog: pytest.LogCaptureFixture
+    prom: PromQLServer, caplog: pytest.LogCaptureFixture
 ) -> None:
     got, said = pulled(prom, "twojobs", caplog)
     # By hand: both jobs scrape every 30 s, 10 s apart, and each misses the 120 scrapes of its hour down.
@@ -199,7 +199,7 @@ def test_a_gpu_scraped_by_two_jobs_counts_each_scrape_once(
     )
 
 
-def test_two_jobs_each_scraped_by_an_ha_pair_count_each_scrape_once(prom: PrometheusServer) -> None:
+def test_two_jobs_each_scraped_by_an_ha_pair_count_each_scrape_once(prom: PromQLServer) -> None:
     got = by_series(source(prom.url, "twojobsha").fetch_day("twojobsha", DAY, 0).dcgm)
     # By hand: four streams of one GPU (two jobs × two replicas, at +0, +2, +10 and +12 s). Each scrape once,
     # from the first stream that has it: the operator job's replica a, but 10:00-10:30 its replica b
@@ -212,7 +212,7 @@ def test_two_jobs_each_scraped_by_an_ha_pair_count_each_scrape_once(prom: Promet
 
 
 def test_a_gpu_reported_with_and_without_a_replica_label_counts_each_scrape_once(
-    prom: PrometheusServer, caplog: pytest.LogCaptureFixture
+    prom: PromQLServer, caplog: pytest.LogCaptureFixture
 ) -> None:
     got, said = pulled(prom, "partial", caplog)
     # By hand: the series without a replica label has every scrape but the 120 of 13:00-14:00; those are
@@ -233,7 +233,7 @@ def test_a_gpu_reported_with_and_without_a_replica_label_counts_each_scrape_once
 
 
 def test_an_exporter_that_moved_to_a_new_target_keeps_both_targets_scrapes(
-    prom: PrometheusServer, caplog: pytest.LogCaptureFixture
+    prom: PromQLServer, caplog: pytest.LogCaptureFixture
 ) -> None:
     got, said = pulled(prom, "moved", caplog)
     # By hand: 1,440 scrapes before noon from the old IP (at :00 and :30), 1,440 from noon from the new one
@@ -256,7 +256,7 @@ def test_an_exporter_that_moved_to_a_new_target_keeps_both_targets_scrapes(
     ],
 )
 def test_a_stream_scraped_less_often_than_the_scrape_interval_is_named(
-    prom: PrometheusServer, caplog: pytest.LogCaptureFixture, cluster: str, stream: str | None
+    prom: PromQLServer, caplog: pytest.LogCaptureFixture, cluster: str, stream: str | None
 ) -> None:
     """Each sample stands for Δ = 30 s, so a stream scraped every 60 s means scrape_interval_seconds is not
     the scrape interval; two streams' samples of one scrape could then lie more than Δ/2 apart and count twice.
@@ -279,7 +279,7 @@ def test_a_stream_scraped_less_often_than_the_scrape_interval_is_named(
 
 @pytest.mark.parametrize("bucket_seconds", [3_600, 1_800])
 def test_the_day_in_parts_holds_exactly_the_rows_of_the_whole_day(
-    prom: PrometheusServer, bucket_seconds: int
+    prom: PromQLServer, bucket_seconds: int
 ) -> None:
     for cluster in CLUSTERS:
         lookback_ms = 300_000
@@ -294,7 +294,7 @@ def test_the_day_in_parts_holds_exactly_the_rows_of_the_whole_day(
         )
 
 
-def test_a_gpu_scraped_by_two_jobs_is_billed_for_one_day(prom: PrometheusServer) -> None:
+def test_a_gpu_scraped_by_two_jobs_is_billed_for_one_day(prom: PromQLServer) -> None:
     """The money: metered, each GPU of the pool is observed 86,400 s of the day, not 172,800."""
     for cluster in CLUSTERS:
         raw = source(prom.url, cluster).fetch_day(cluster, DAY, 0)

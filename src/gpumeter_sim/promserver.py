@@ -1,5 +1,6 @@
 """A real, local Prometheus for the tests and the demo: backfill a TSDB from OpenMetrics text with
-`promtool`, then serve it read-only on 127.0.0.1.
+`promtool`, then serve it read-only on 127.0.0.1. And a real, local VictoriaMetrics for the tests, another
+PromQL API the source reads.
 
     backfill("day.om", "tsdb/")
     with PrometheusServer("tsdb/") as prom:
@@ -25,9 +26,14 @@ import time
 import urllib.error
 import urllib.request
 import weakref
+from decimal import Decimal
 from pathlib import Path
+from typing import Self
 
 INSTALL_HINT = "install the Debian package prometheus (`apt-get install -y prometheus`), which ships both"
+VICTORIA_METRICS_INSTALL_HINT = (
+    "install the Debian package victoria-metrics (`apt-get install -y victoria-metrics`)"
+)
 
 
 class PrometheusNotInstalled(RuntimeError):
@@ -48,6 +54,10 @@ def find_binary(name: str) -> str:
 
 def binaries_available() -> bool:
     return shutil.which("prometheus") is not None and shutil.which("promtool") is not None
+
+
+def victoria_metrics_available() -> bool:
+    return shutil.which(VictoriaMetricsServer.binary) is not None
 
 
 def backfill(
@@ -99,7 +109,7 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-_RUNNING: weakref.WeakSet[PrometheusServer] = weakref.WeakSet()
+_RUNNING: weakref.WeakSet[_LocalServer] = weakref.WeakSet()
 
 
 @atexit.register
@@ -108,22 +118,24 @@ def _stop_all() -> None:  # pragma: no cover - only when a caller forgot the `wi
         server.stop()
 
 
-class PrometheusServer:
-    """`prometheus` serving `tsdb_dir` on 127.0.0.1 at a free port, as a context manager.
+class _LocalServer:
+    """A server binary on 127.0.0.1 at a free port, as a context manager: `.url` is `http://127.0.0.1:<port>`.
+    Entering waits for its readiness path; leaving stops the process (SIGTERM, then SIGKILL after
+    `stop_timeout`)."""
 
-    `.url` is `http://127.0.0.1:<port>`. Entering waits for `/-/ready`; leaving stops the process
-    (SIGTERM, then SIGKILL after `stop_timeout`)."""
+    binary = ""
+    ready_path = ""
 
     def __init__(
         self,
-        tsdb_dir: str | os.PathLike[str],
+        data_dir: str | os.PathLike[str],
         *,
         port: int | None = None,
         startup_timeout: float = 60.0,
         stop_timeout: float = 10.0,
         extra_args: tuple[str, ...] = (),
     ) -> None:
-        self.tsdb_dir = Path(tsdb_dir)
+        self.data_dir = Path(data_dir)
         self.port = port
         self.startup_timeout = startup_timeout
         self.stop_timeout = stop_timeout
@@ -136,40 +148,33 @@ class PrometheusServer:
     def url(self) -> str:
         if self.port is None or self.process is None:
             raise PrometheusServerError(
-                "the server is not running; use `with PrometheusServer(dir) as prom:`"
+                f"the server is not running; use `with {type(self).__name__}(dir) as server:`"
             )
         return f"http://127.0.0.1:{self.port}"
 
-    def __enter__(self) -> PrometheusServer:
+    def __enter__(self) -> Self:
         self.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
+    def _command(self, binary: str, work: Path, port: int) -> list[str]:
+        raise NotImplementedError
+
     def start(self) -> None:
-        binary = find_binary("prometheus")
-        self.tsdb_dir.mkdir(parents=True, exist_ok=True)
-        self._workdir = tempfile.TemporaryDirectory(prefix="gpumeter-prometheus-")
+        binary = self._find_binary()
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        self._workdir = tempfile.TemporaryDirectory(prefix=f"gpumeter-{self.binary}-")
         work = Path(self._workdir.name)
-        config = work / "prometheus.yml"
-        config.write_text("global:\n  scrape_interval: 1h\nscrape_configs: []\n", encoding="utf-8")
-        self._log_path = work / "prometheus.log"
+        self._log_path = work / f"{self.binary}.log"
         fixed_port = self.port is not None
         for attempt in range(5):
             port = self.port if fixed_port else free_port()
-            cmd = [
-                binary,
-                f"--config.file={config}",
-                f"--storage.tsdb.path={self.tsdb_dir}",
-                "--storage.tsdb.retention.time=100y",
-                f"--web.listen-address=127.0.0.1:{port}",
-                "--web.enable-lifecycle",
-                *self.extra_args,
-            ]
+            assert port is not None
             with open(self._log_path, "ab") as log:
                 self.process = subprocess.Popen(
-                    cmd,
+                    [*self._command(binary, work, port), *self.extra_args],
                     stdout=log,
                     stderr=subprocess.STDOUT,
                     stdin=subprocess.DEVNULL,
@@ -188,14 +193,18 @@ class PrometheusServer:
                     raise
                 self.port = None
 
+    def _find_binary(self) -> str:
+        return find_binary(self.binary)
+
     def _wait_ready(self) -> None:
         assert self.process is not None
         deadline = time.monotonic() + self.startup_timeout
-        ready = f"http://127.0.0.1:{self.port}/-/ready"
+        ready = f"http://127.0.0.1:{self.port}{self.ready_path}"
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
                 raise PrometheusServerError(
-                    f"prometheus exited with code {self.process.returncode} before it was ready:\n{self.log_tail()}"
+                    f"{self.binary} exited with code {self.process.returncode} before it was ready:\n"
+                    f"{self.log_tail()}"
                 )
             try:
                 with urllib.request.urlopen(ready, timeout=2) as response:
@@ -205,7 +214,8 @@ class PrometheusServer:
                 pass
             time.sleep(0.1)
         raise PrometheusServerError(
-            f"prometheus on port {self.port} was not ready within {self.startup_timeout:.0f} s:\n{self.log_tail()}"
+            f"{self.binary} on port {self.port} was not ready within {self.startup_timeout:.0f} s:\n"
+            f"{self.log_tail()}"
         )
 
     def log_tail(self, chars: int = 3000) -> str:
@@ -237,7 +247,86 @@ class PrometheusServer:
 
     def __repr__(self) -> str:
         state = f"on {self.url}" if self.process is not None else "stopped"
-        return f"PrometheusServer({str(self.tsdb_dir)!r}, {state})"
+        return f"{type(self).__name__}({str(self.data_dir)!r}, {state})"
+
+
+class PrometheusServer(_LocalServer):
+    """`prometheus` serving `tsdb_dir` (a backfilled TSDB) on 127.0.0.1 at a free port."""
+
+    binary = "prometheus"
+    ready_path = "/-/ready"
+
+    @property
+    def tsdb_dir(self) -> Path:
+        return self.data_dir
+
+    def _command(self, binary: str, work: Path, port: int) -> list[str]:
+        config = work / "prometheus.yml"
+        config.write_text("global:\n  scrape_interval: 1h\nscrape_configs: []\n", encoding="utf-8")
+        return [
+            binary,
+            f"--config.file={config}",
+            f"--storage.tsdb.path={self.data_dir}",
+            "--storage.tsdb.retention.time=100y",
+            f"--web.listen-address=127.0.0.1:{port}",
+            "--web.enable-lifecycle",
+        ]
+
+
+class VictoriaMetricsServer(_LocalServer):
+    """`victoria-metrics` (single-node) storing under `data_dir`, on 127.0.0.1 at a free port: another
+    PromQL API the source reads (docs/prometheus.md). Samples are written with `import_samples`.
+
+    Retention is 100 years (its default, a month, would drop a test's past days at import); queries see
+    samples up to the present (`-search.latencyOffset=0s`) and are never answered from its cache, so that a
+    query after an import sees it."""
+
+    binary = "victoria-metrics"
+    ready_path = "/health"
+
+    def _find_binary(self) -> str:
+        path = shutil.which(self.binary)
+        if path is None:
+            raise PrometheusNotInstalled(f"`{self.binary}` is not on PATH: {VICTORIA_METRICS_INSTALL_HINT}")
+        return path
+
+    def _command(self, binary: str, work: Path, port: int) -> list[str]:
+        return [
+            binary,
+            f"-httpListenAddr=127.0.0.1:{port}",
+            f"-storageDataPath={self.data_dir}",
+            "-retentionPeriod=100y",
+            "-search.latencyOffset=0s",
+            "-search.disableCache",
+            "-loggerLevel=ERROR",
+        ]
+
+    def import_openmetrics(self, path: str | os.PathLike[str], lines_per_request: int = 100_000) -> None:
+        """Store the samples of an OpenMetrics file (as `backfill` takes it: timestamps in seconds): its
+        sample lines with their timestamps in milliseconds, in requests of `lines_per_request` lines."""
+        batch: list[str] = []
+        with open(path, encoding="utf-8") as lines:
+            for line in lines:
+                if not line.strip() or line.startswith("#"):
+                    continue
+                series_and_value, seconds = line.rstrip("\n").rsplit(" ", 1)
+                batch.append(f"{series_and_value} {round(Decimal(seconds) * 1000)}")
+                if len(batch) == lines_per_request:
+                    self.import_samples("\n".join(batch) + "\n", flush=False)
+                    batch = []
+        self.import_samples("\n".join(batch) + "\n")
+
+    def import_samples(self, text: str, flush: bool = True) -> None:
+        """Store samples given in the Prometheus text format, each with its timestamp in milliseconds
+        (`/api/v1/import/prometheus`), and make them searchable at once (`/internal/force_flush`)."""
+        request = urllib.request.Request(
+            f"{self.url}/api/v1/import/prometheus", data=text.encode("utf-8"), method="POST"
+        )
+        with urllib.request.urlopen(request, timeout=120) as response:
+            response.read()
+        if flush:
+            with urllib.request.urlopen(f"{self.url}/internal/force_flush", timeout=120) as response:
+                response.read()
 
 
 __all__ = [
@@ -245,8 +334,11 @@ __all__ = [
     "PrometheusNotInstalled",
     "PrometheusServer",
     "PrometheusServerError",
+    "VICTORIA_METRICS_INSTALL_HINT",
+    "VictoriaMetricsServer",
     "backfill",
     "binaries_available",
+    "victoria_metrics_available",
     "find_binary",
     "free_port",
 ]
