@@ -694,6 +694,52 @@ def test_r4_expected_capacity_counts_each_moment_once_when_two_targets_report_a_
     assert pool_cost(out) == D("0.60")
 
 
+def test_r4_a_node_added_and_a_node_removed_during_the_day_are_expected_only_while_they_exist() -> None:
+    """R4 and R1a on a pool that an autoscaler grows and shrinks: n2 joins at 10:00, n3 is cordoned at 16:00,
+    drained and removed at 18:00 (kube-state-metrics' scrape at 18:00 no longer shows it). Each GPU is
+    capacity, expected and billed only while its node exists; nothing is unobserved."""
+    day = 1_440  # samples of the day at Δ = 60 s
+    joins, cordoned, removed, drained = 600, 960, 1_080, 900  # 10:00, 16:00, 18:00, 15:00
+    f = factory().gpu("n1", "GPU-1", H100).gpu("n2", "GPU-2", H100).gpu("n3", "GPU-3", H100)
+    f.samples("GPU-1", range(day), util=0)
+    f.samples("GPU-2", range(joins, day), util=0, pod=P2)
+    f.samples("GPU-3", range(drained), util=50, pod=P1)
+    f.samples("GPU-3", range(drained, removed), util=0)
+    for k in range(-1, day):  # kube-state-metrics scraped every 30 s, on and between the DCGM grid
+        for offset_ms in (0, 30_000):
+            f.node_state("n1", k, gpus=1, offset_ms=offset_ms)
+            if k >= joins:
+                f.node_state("n2", k, gpus=1, offset_ms=offset_ms)
+            if k < removed:
+                f.node_state("n3", k, gpus=1, cordoned=k >= cordoned, offset_ms=offset_ms)
+    out = meter(f)
+
+    # By hand: n1 all day, 86,400 s; n2 from 10:00, 50,400 s; n3 until kube-state-metrics' scrape at 18:00
+    # stops showing it, 64,800 s (its last sample at 17:59:30 would stand until 18:00:30 for Δ, and longer
+    # for the lookback). Observed the same.
+    for node, seconds in (("n1", 86_400), ("n2", 50_400), ("n3", 64_800)):
+        quality = one(out, "mart_data_quality", node=node)
+        assert (quality["observed_gpus"], quality["expected_gpus"]) == (1, 1), node
+        assert (quality["observed_gpu_seconds"], quality["expected_gpu_seconds"]) == (seconds, seconds), node
+        assert quality["unobserved_gpu_seconds"] == 0, node
+    # 201,600 GPU-seconds at 3.60 an hour: 201.60. team-a held GPU-3 until 15:00 (54,000 s: 54.00), team-b
+    # GPU-2 from 10:00 (50,400 s: 50.40); idle 201.60 - 104.40 = 97.20.
+    assert pool_cost(out) == D("201.60")
+    assert charges(out) == {
+        ("team-a", "reserved"): D("54.00"),
+        ("team-b", "reserved"): D("50.40"),
+        (IDLE, "idle"): D("97.20"),
+    }
+    # n3: held until 15:00, free and schedulable for an hour, free on a cordoned node until it is removed.
+    assert categories(out, "n3") == {
+        "allocated_active": D(54_000),
+        "unallocated": D(3_600),
+        "unschedulable": D(7_200),
+    }
+    assert categories(out, "n2") == {"allocated_idle": D(50_400)}
+    assert categories(out, "n1") == {"unallocated": D(86_400)}
+
+
 # --- R9: idle --------------------------------------------------------------------------------
 
 
