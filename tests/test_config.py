@@ -525,6 +525,30 @@ def test_namespace_overlap_detection(first: str, second: str, overlap: bool) -> 
     assert bool(warnings_of(text)) is overlap
 
 
+def test_price_changes_must_be_in_date_order_and_need_the_rate_card() -> None:
+    model = "rate_card:\n  {source}models:\n    - model: H100-80GB\n      price_per_gpu_hour: 3.6\n"
+    changes = (
+        "      price_changes:\n"
+        "        - {effective_from: 2026-11-15, price_per_gpu_hour: 4.0}\n"
+        "        - {effective_from: 2026-11-15, price_per_gpu_hour: 4.2}\n"
+    )
+    [(place, message)] = problems_of(MINIMAL + model.format(source="") + changes)
+    assert place.startswith("rate_card.models[0].price_changes")
+    assert "effective_from 2026-11-15 follows 2026-11-15" in message and "date order" in message
+    opencost = model.format(source="price_source: opencost\n  ") + changes.replace(
+        "11-15, price_per_gpu_hour: 4.2", "12-01, price_per_gpu_hour: 4.2"
+    )
+    [(_, message)] = problems_of(MINIMAL + opencost)
+    assert "price_changes" in message and "price_source is opencost" in message
+    # A model priced from a day on only: the days before it stop, and the check says from when.
+    later_only = (
+        MINIMAL + "rate_card:\n  models:\n    - model: H100-80GB\n      price_changes:\n"
+        "        - {effective_from: 2026-11-15, price_per_gpu_hour: 4.0}\n"
+    )
+    [(place, message)] = warnings_of(later_only)
+    assert place == "rate_card.models[0].price_per_gpu_hour" and "no price before 2026-11-15" in message
+
+
 def test_duplicated_vclusters_warn() -> None:
     warnings = warnings_of(
         MINIMAL + "tenants:\n  - {name: a, vclusters: [x, eval]}\n  - {name: b, vclusters: [eval]}\n"

@@ -102,6 +102,22 @@ def test_month_is_sum_of_days_and_lines_per_charge_model_profile_r2_r14() -> Non
     assert as_rows[2]["amount"] == Decimal("2.00")  # 2.005 half-even -> 2.00
 
 
+def test_a_month_with_a_price_change_has_one_line_per_model_at_the_average_price_r8_r14() -> None:
+    """The rate card changes H100 from 4.00 to 5.00 on 15 November (docs/config.md, "Price changes"): each
+    day's amount is at its own price (tests/test_rules.py), and the month keeps R14's grain, one line per
+    model, at the average price of its hours: (1 h × 4.00 + 3 h × 5.00) / 4 h = 4.75."""
+    rows = [
+        (date(2026, 11, 14), "ml-training", "reserved", "H100-80GB", None, "3600", "3600", "4"),
+        (date(2026, 11, 15), "ml-training", "reserved", "H100-80GB", None, "10800", "10800", "15"),
+    ]
+    [line] = build_invoice_lines(daily(rows), config(), Period.parse("2026-11")).to_pylist()
+    assert (line["gpu_hours"], line["amount"], line["unit_price"]) == (
+        Decimal(4),
+        Decimal("19.00"),
+        Decimal("4.750000000"),
+    )
+
+
 def test_minor_unit_of_currency_r12() -> None:
     rows = [(date(2026, 11, 1), "serving", "reserved", "H100-80GB", None, "3600", "3600", "412.5")]
     lines = build_invoice_lines(daily(rows), config("JPY"), Period.parse("2026-11"))

@@ -285,6 +285,46 @@ def test_r8_explicit_mig_profile_price_overrides_the_weighted_price() -> None:
     assert charges(out)[(IDLE, "idle")] == D("0.02")  # 0.14 − 0.08 − 0.04
 
 
+def test_r8_a_price_change_counts_from_its_day_and_a_day_metered_again_keeps_its_own_prices() -> None:
+    """R8, R15: rate-card prices change from a UTC day on. Each day is metered at the prices in effect that
+    day, so re-metering 1 November after the changes were configured still bills it at its own prices. A
+    change replaces the model's MIG profile prices too: the ones it does not name are weight × its price."""
+    a100 = {
+        "model": "A100-80GB",
+        "aliases": [A100],
+        "price_per_gpu_hour": 4.2,
+        "mig_profiles": {"3g.40gb": 2.4},
+        "price_changes": [
+            {"effective_from": "2026-11-02", "price_per_gpu_hour": 8.4},
+            {"effective_from": "2026-11-03", "price_per_gpu_hour": 6.3, "mig_profiles": {"2g.20gb": 3.6}},
+        ],
+    }
+    config = make_config(rate_card={"models": [RATE_CARD["models"][0], a100]})
+    nov1, nov2, nov3 = (meter(mig_gpu(factory(DAY + timedelta(days=n))), config) for n in range(3))
+    # By hand, two samples of 60 s (1/60 h each) of p1 (3g.40gb, 3/7) and p2 (2g.20gb, 2/7):
+    # 1 Nov: p1 at its own 2.40 an hour, 2 × 0.04; p2 2/7 × 4.20 = 1.20 an hour, 2 × 0.02; the GPU 2 × 0.07.
+    # 2 Nov: 8.40 and no profile prices: p1 3/7 × 8.40, 2 × 0.06; p2 2/7 × 8.40, 2 × 0.04; the GPU 2 × 0.14.
+    # 3 Nov: 6.30, 2g.20gb at 3.60: p1 3/7 × 6.30, 2 × 0.045; p2 2 × 0.06; the GPU 2 × 0.105.
+    for out, p1, p2, pool in (
+        (nov1, "0.08", "0.04", "0.14"),
+        (nov2, "0.12", "0.08", "0.28"),
+        (nov3, "0.09", "0.12", "0.21"),
+    ):
+        assert holder(out, "p1")["reserved_cost"] == D(p1)
+        assert holder(out, "p2")["reserved_cost"] == D(p2)
+        assert pool_cost(out) == D(pool)
+    # The prices before the first change are those of the model itself: a config without changes agrees.
+    before = meter(
+        mig_gpu(factory()),
+        make_config(
+            rate_card={
+                "models": [RATE_CARD["models"][0], {k: v for k, v in a100.items() if k != "price_changes"}]
+            }
+        ),
+    )
+    assert before["mart_device_seconds"].equals(nov1["mart_device_seconds"])
+
+
 # --- R4: observed capacity -------------------------------------------------------------------
 
 

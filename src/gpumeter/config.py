@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import fnmatch
+import itertools
 import os
 import re
 from collections.abc import Iterable
+from datetime import date
 from importlib.resources import files
 from importlib.resources.abc import Traversable
 from pathlib import Path
@@ -242,6 +244,22 @@ def _namespace_pattern(pattern: str) -> str:
     return pattern
 
 
+MigProfilePrices = dict[Annotated[str, AfterValidator(_mig_profile_key)], Annotated[float, Field(ge=0)]]
+
+
+class PriceChange(_Model):
+    """A model's prices from one UTC day on (R8): a day is metered at the prices in effect that day, so a day
+    metered again after a price change keeps its own day's prices (docs/tariffs.md, "Price changes")."""
+
+    effective_from: date = Field(description="The first UTC day metered at these prices.")
+    price_per_gpu_hour: float = Field(ge=0, description="The model's price per GPU-hour from that day on.")
+    mig_profiles: MigProfilePrices = Field(
+        default_factory=dict,
+        description="Its explicit prices per MIG instance-hour from that day on (a profile not named: weight × "
+        "the GPU's price); the earlier ones do not carry over.",
+    )
+
+
 class GpuModelPrice(_Model):
     model: str = Field(min_length=1, description="Canonical model name, e.g. H100-80GB.")
     aliases: list[str] = Field(
@@ -249,12 +267,33 @@ class GpuModelPrice(_Model):
         description="modelName values (exact, or shell globs like 'NVIDIA H100*') that mean this model.",
     )
     price_per_gpu_hour: float | None = Field(None, ge=0)
-    mig_profiles: dict[Annotated[str, AfterValidator(_mig_profile_key)], Annotated[float, Field(ge=0)]] = (
-        Field(
-            default_factory=dict,
-            description="Explicit price per MIG instance-hour, by profile (else weight × the GPU's price).",
-        )
+    mig_profiles: MigProfilePrices = Field(
+        default_factory=dict,
+        description="Explicit price per MIG instance-hour, by profile (else weight × the GPU's price).",
     )
+    price_changes: list[PriceChange] = Field(
+        default_factory=list,
+        description="Later prices, each from a UTC day on, in date order; before the first, the prices above.",
+    )
+
+    @field_validator("price_changes")
+    @classmethod
+    def _in_date_order(cls, value: list[PriceChange]) -> list[PriceChange]:
+        for earlier, later in itertools.pairwise(value):
+            if later.effective_from <= earlier.effective_from:
+                raise ValueError(
+                    f"effective_from {later.effective_from} follows {earlier.effective_from}: list price "
+                    "changes in date order, one per day"
+                )
+        return value
+
+    def prices_on(self, day: date) -> tuple[float | None, dict[str, float]]:
+        """The price per GPU-hour and the MIG profiles' prices in effect on a UTC day."""
+        price, profiles = self.price_per_gpu_hour, self.mig_profiles
+        for change in self.price_changes:
+            if change.effective_from <= day:
+                price, profiles = change.price_per_gpu_hour, change.mig_profiles
+        return price, profiles
 
 
 class MigFamily(_Model):
@@ -608,6 +647,18 @@ class Config(_Model):
         return self
 
     @model_validator(mode="after")
+    def _price_changes_with_the_rate_card(self) -> Config:
+        if self.rate_card.price_source == "opencost":
+            for m, model in enumerate(self.rate_card.models):
+                if model.price_changes:
+                    raise ValueError(
+                        f"rate_card.models[{m}] ({model.model}) has price_changes, but price_source is "
+                        "opencost, which prices each sample from OpenCost: remove them or set price_source: "
+                        "rate_card"
+                    )
+        return self
+
+    @model_validator(mode="after")
     def _hybrid_with_its_tariff(self) -> Config:
         if self.tariff == "hybrid" and self.hybrid is None:
             raise ValueError("tariff: hybrid needs `hybrid: {reserved_fraction: F}` (0..1; docs/tariffs.md)")
@@ -905,9 +956,13 @@ def config_warnings(config: Config) -> list[tuple[str, str]]:
                         )
     for m, model in enumerate(config.rate_card.models):
         if model.price_per_gpu_hour is None and config.rate_card.price_source == "rate_card":
-            warnings.append(
-                (f"rate_card.models[{m}].price_per_gpu_hour", "no price: GPUs of this model stop the run")
+            first = model.price_changes[0].effective_from if model.price_changes else None
+            said = (
+                f"no price before {first}: GPUs of this model stop days before it"
+                if first
+                else ("no price: GPUs of this model stop the run")
             )
+            warnings.append((f"rate_card.models[{m}].price_per_gpu_hour", said))
     return warnings
 
 

@@ -7,6 +7,7 @@ import fnmatch
 import re
 import warnings
 from dataclasses import dataclass
+from datetime import UTC, date, datetime
 
 from gpumeter.config import Config, GpuModelPrice, MigFamily
 
@@ -137,9 +138,16 @@ def match_model(config: Config, model_name: str) -> GpuModelPrice | None:
 
 
 def resolve_device_class(
-    config: Config, model_name: str, mig_profile: str | None, node: str | None = None
+    config: Config,
+    model_name: str,
+    mig_profile: str | None,
+    node: str | None = None,
+    day: date | None = None,
 ) -> DeviceClass:
+    """The device class of a model (and MIG profile) at the rate card's prices in effect on `day` (a UTC day;
+    today's without one): R3's weight, R8's prices."""
     rate = match_model(config, model_name)
+    rate_price, rate_profiles = rate.prices_on(day or datetime.now(UTC).date()) if rate else (None, {})
     gpu_model = rate.model if rate else model_name
     opencost = config.rate_card.price_source == "opencost"
     where = f" on node {node!r}" if node else ""
@@ -148,7 +156,7 @@ def resolve_device_class(
             f"GPU model {model_name!r}{where} has no price: add it (or an alias matching it) under "
             "rate_card.models in the config."
         )
-    gpu_price = None if opencost or rate is None else rate.price_per_gpu_hour
+    gpu_price = None if opencost or rate is None else rate_price
     if not opencost and gpu_price is None:
         raise CatalogError(
             f"GPU model {model_name!r}{where} matches rate_card model {gpu_model!r}, which has no "
@@ -159,9 +167,9 @@ def resolve_device_class(
     compute, memory, from_catalog = mig_slices(config, model_name, mig_profile)
     # R3: a profile outside the catalog weighs N/7 under either mig_weight (its memory slices are unknown).
     weight = compute / 7 if config.rate_card.mig_weight == "compute" or not from_catalog else memory / 8
-    override = rate.mig_profiles.get(mig_profile) if rate else None
-    if override is None and rate is not None:
-        override = rate.mig_profiles.get(mig_profile.removesuffix("+me"))
+    override = rate_profiles.get(mig_profile)
+    if override is None:
+        override = rate_profiles.get(mig_profile.removesuffix("+me"))
     device_price = override if override is not None else (None if gpu_price is None else weight * gpu_price)
     return DeviceClass(
         model_name, gpu_model, mig_profile, compute, memory, weight, gpu_price, device_price, override

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from datetime import date
 
 import duckdb
 import pyarrow as pa
@@ -17,6 +18,8 @@ from gpumeter.models.tenancy import resolve_tenant
 
 
 def _device_classes(con: duckdb.DuckDBPyConnection, config: Config) -> pa.Table:
+    # R8: the prices in effect on the metered day (a variable the runner sets before any model).
+    day = date.fromisoformat(con.sql("select getvariable('day')").fetchall()[0][0])
     seen = con.sql(
         "select model_name, mig_profile, min(node) as node from stg_dcgm_series "
         "where seen_in_day group by all order by all"
@@ -47,7 +50,7 @@ def _device_classes(con: duckdb.DuckDBPyConnection, config: Config) -> pa.Table:
                 "dcgm-exporter on the node exports the modelName label"
             )
         try:
-            cls = resolve_device_class(config, model, profile, node)
+            cls = resolve_device_class(config, model, profile, node, day)
         except CatalogError as exc:
             raise AccountingError(str(exc)) from None
         rows["model_name"].append(model)
