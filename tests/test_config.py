@@ -525,7 +525,7 @@ def test_namespace_overlap_detection(first: str, second: str, overlap: bool) -> 
     assert bool(warnings_of(text)) is overlap
 
 
-def test_price_changes_must_be_in_date_order_and_need_the_rate_card() -> None:
+def test_price_changes_must_be_in_date_order_and_gpu_prices_need_the_rate_card() -> None:
     model = "rate_card:\n  {source}models:\n    - model: H100-80GB\n      price_per_gpu_hour: 3.6\n"
     changes = (
         "      price_changes:\n"
@@ -547,6 +547,14 @@ def test_price_changes_must_be_in_date_order_and_need_the_rate_card() -> None:
     )
     [(place, message)] = warnings_of(later_only)
     assert place == "rate_card.models[0].price_per_gpu_hour" and "no price before 2026-11-15" in message
+    energy = (
+        MINIMAL + "rate_card:\n  energy_price_per_kwh: 0.3\n  energy_price_changes:\n"
+        "    - {effective_from: 2026-12-01, price_per_kwh: 0.4}\n"
+        "    - {effective_from: 2026-11-01, price_per_kwh: null}\n"
+    )
+    [(place, message)] = problems_of(energy)
+    assert place.startswith("rate_card.energy_price_changes")
+    assert "effective_from 2026-11-01 follows 2026-12-01" in message
 
 
 def test_duplicated_vclusters_warn() -> None:

@@ -12,6 +12,7 @@ Energy: the counter rises 60,000 J (60,000,000 mJ) a sample, from a lookback sam
 
 from __future__ import annotations
 
+from datetime import date, timedelta
 from decimal import Decimal
 from typing import Any
 
@@ -21,6 +22,7 @@ from gpumeter.billing.invoices import Period, build_invoice_lines
 from gpumeter.config import IDLE, ConfigError, parse_config
 from tests.test_rules import (
     A100,
+    DAY,
     H100,
     P1,
     P2,
@@ -38,8 +40,8 @@ D = Decimal
 ENERGY_STEP_MJ = 60_000_000  # 60,000 J a sample: a 1 kW GPU over Δ = 60 s
 
 
-def shared_day(energy: bool = False) -> Any:
-    f = factory().gpu("n1", "GPU-1", H100)
+def shared_day(energy: bool = False, day: date = DAY) -> Any:
+    f = factory(day).gpu("n1", "GPU-1", H100)
 
     def extra(index: int) -> dict[str, Any]:
         return {"energy": (index + 1) * ENERGY_STEP_MJ} if energy else {}
@@ -193,6 +195,33 @@ def test_energy_lines_are_kwh_times_the_price_and_the_rest_is_idle_energy() -> N
     # Energy is counted once over all lines: on the energy lines, not also on the reserved ones.
     lines = out["mart_tenant_daily_cost"].to_pylist()
     assert sum((r["energy_joules"] for r in lines), D(0)) == D(1_200_000)
+
+
+def test_an_energy_price_change_counts_from_its_day_on() -> None:
+    """R8, R10: the energy price changes like a GPU price, from a UTC day on (docs/config.md, "Price
+    changes"); null stops energy lines from that day on. Each day is metered at its own day's price."""
+    rate_card = {
+        **make_config().rate_card.model_dump(),
+        "energy_price_per_kwh": 0.36,
+        "energy_price_changes": [
+            {"effective_from": "2026-11-02", "price_per_kwh": 0.72},
+            {"effective_from": "2026-11-03", "price_per_kwh": None},
+        ],
+    }
+    days = [
+        meter(shared_day(energy=True, day=DAY + timedelta(days=n)), config(rate_card=rate_card))
+        for n in range(3)
+    ]
+    # By hand: team-a's 10 samples of 60,000 J are 1/6 kWh, the GPU's 20 are 1/3 kWh.
+    for out, price, team_a, pool in ((days[0], "0.36", "0.06", "0.12"), (days[1], "0.72", "0.12", "0.24")):
+        assert charges(out)[("team-a", "energy")] == D(team_a), price
+        assert one(out, "mart_pool_daily_cost")["energy_cost"] == D(pool), price
+    assert not rows(days[2], "mart_tenant_daily_cost", charge_type="energy")
+    assert one(days[2], "mart_pool_daily_cost")["pool_cost"] == D("1.20")  # GPU time only
+    # The first day is metered as without the changes.
+    assert days[0]["mart_tenant_daily_cost"].equals(
+        meter(shared_day(energy=True), energy_config())["mart_tenant_daily_cost"]
+    )
 
 
 def test_without_an_energy_price_there_are_no_energy_lines_and_pool_cost_is_gpu_time() -> None:

@@ -6,7 +6,7 @@ import fnmatch
 import itertools
 import os
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from datetime import date
 from importlib.resources import files
 from importlib.resources.abc import Traversable
@@ -244,6 +244,15 @@ def _namespace_pattern(pattern: str) -> str:
     return pattern
 
 
+def _in_date_order(changes: Sequence[PriceChange | EnergyPriceChange]) -> None:
+    for earlier, later in itertools.pairwise(changes):
+        if later.effective_from <= earlier.effective_from:
+            raise ValueError(
+                f"effective_from {later.effective_from} follows {earlier.effective_from}: list price changes "
+                "in date order, one per day"
+            )
+
+
 MigProfilePrices = dict[Annotated[str, AfterValidator(_mig_profile_key)], Annotated[float, Field(ge=0)]]
 
 
@@ -279,12 +288,7 @@ class GpuModelPrice(_Model):
     @field_validator("price_changes")
     @classmethod
     def _in_date_order(cls, value: list[PriceChange]) -> list[PriceChange]:
-        for earlier, later in itertools.pairwise(value):
-            if later.effective_from <= earlier.effective_from:
-                raise ValueError(
-                    f"effective_from {later.effective_from} follows {earlier.effective_from}: list price "
-                    "changes in date order, one per day"
-                )
+        _in_date_order(value)
         return value
 
     def prices_on(self, day: date) -> tuple[float | None, dict[str, float]]:
@@ -312,6 +316,15 @@ class MigFamily(_Model):
         return value
 
 
+class EnergyPriceChange(_Model):
+    """The energy price from one UTC day on, as PriceChange is a GPU model's (R8, R10)."""
+
+    effective_from: date = Field(description="The first UTC day metered at this energy price.")
+    price_per_kwh: float | None = Field(
+        ge=0, description="The price of one kWh from that day on; null: no energy lines from that day on."
+    )
+
+
 class RateCard(_Model):
     price_source: Literal["rate_card", "opencost"] = "rate_card"
     mig_weight: Literal["compute", "memory"] = "compute"
@@ -322,6 +335,25 @@ class RateCard(_Model):
         ge=0,
         description="Price of one kWh of GPU energy; set, invoices get `energy` lines (docs/tariffs.md).",
     )
+    energy_price_changes: list[EnergyPriceChange] = Field(
+        default_factory=list,
+        description="Later energy prices, each from a UTC day on, in date order; before the first, "
+        "energy_price_per_kwh.",
+    )
+
+    @field_validator("energy_price_changes")
+    @classmethod
+    def _energy_in_date_order(cls, value: list[EnergyPriceChange]) -> list[EnergyPriceChange]:
+        _in_date_order(value)
+        return value
+
+    def energy_price_on(self, day: date) -> float | None:
+        """The price of one kWh in effect on a UTC day."""
+        price = self.energy_price_per_kwh
+        for change in self.energy_price_changes:
+            if change.effective_from <= day:
+                price = change.price_per_kwh
+        return price
 
 
 class Hybrid(_Model):

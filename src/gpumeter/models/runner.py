@@ -50,8 +50,9 @@ def _set_variables(
         "idle_threshold": config.idle_threshold,
         "idle_policy": config.idle_policy,
         "tariff": config.tariff,
-        "energy_price_per_kwh": config.rate_card.energy_price_per_kwh,
-        "energy_price_units": price_units(config.rate_card.energy_price_per_kwh) or 0,
+        # R8, R10: the energy price in effect on the metered day.
+        "energy_price_per_kwh": config.rate_card.energy_price_on(day),
+        "energy_price_units": price_units(config.rate_card.energy_price_on(day)) or 0,
         "scrape_ms": config.scrape_interval_of(cluster) * 1000,
         "weight_scale": WEIGHT_SCALE,
         "money_units_base": str(MONEY_UNITS_BASE),  # beyond BIGINT: cast to HUGEINT in SQL
