@@ -99,8 +99,9 @@ def holder_peaks(frame: pl.DataFrame) -> list[HolderPeak]:
 
 
 def advise(holders: list[HolderPeak], config: Config, metered_days: int, days_in_month: int) -> list[Advice]:
-    """Advice per holder, largest monthly saving first. Holders without peaks, or on GPUs priced by OpenCost
-    (no per-profile price to compare), get none."""
+    """Advice per holder, largest monthly saving first, at the rate card's prices of today (a saving is made
+    from now on). Holders without peaks, or on GPUs priced by OpenCost (no per-profile price to compare), get
+    none."""
     if metered_days <= 0:
         return []
     scale = Decimal(days_in_month) / Decimal(metered_days)
