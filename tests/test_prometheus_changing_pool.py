@@ -3,12 +3,12 @@
 The simulated factory with every dynamic on — a GPU re-partitioned at noon (whole in the morning), another
 MIG GPU re-partitioned with its ResourceSlice re-published under new device names, `vllm-0` deleted and
 recreated under a new uid, a 20-minute DRA job whose claim lives only in the timed snapshots of its life, a
-pod relabelled at noon, kube-state-metrics stamped 20 s before dcgm-exporter — is written once as Parquet and
-once as OpenMetrics scraped by an HA pair (`prometheus_replica` a and b, b 2 s later, a down 10:05–10:20 and
-b 10:35–10:50 every day), backfilled with promtool into a real Prometheus on 127.0.0.1 (and, again, imported
-into a real VictoriaMetrics, another PromQL API). The Prometheus path reads the DRA objects from the timed
-snapshot folder (`k8s_snapshots_dir`). Both are metered by the real
-Dagster jobs: every invoice line and every mart must be identical — the union of the replicas' scrapes
+pod relabelled at noon, kube-state-metrics stamped 20 s before dcgm-exporter, a node that joins at 06:00 and
+one removed at 18:00 — is written once as Parquet and once as OpenMetrics scraped by an HA pair
+(`prometheus_replica` a and b, b 2 s later, a down 10:05–10:20 and b 10:35–10:50 every day), backfilled with
+promtool into a real Prometheus on 127.0.0.1 (and, again, imported into a real VictoriaMetrics, another
+PromQL API). The Prometheus path reads the DRA objects from the timed snapshot folder (`k8s_snapshots_dir`).
+Both are metered by the real Dagster jobs: every invoice line and every mart must be identical — the union of the replicas' scrapes
 loses no sample and counts none twice.
 """
 
@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import subprocess
 from collections.abc import Iterator
+from decimal import Decimal
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -41,6 +42,7 @@ SPEC = simulator.FactorySpec(
     gpus_per_node=8,
     scrape_interval_s=300,
     days=2,
+    autoscale=True,
     **simulator.CHANGING_POOL,
 )
 PERIOD = "2026-11"
@@ -141,3 +143,11 @@ def test_the_dynamics_are_billed(two_paths: tuple[Path, Path]) -> None:
         if r["layout"]
     }
     assert "2g.20gb+2g.20gb+3g.40gb" in layouts and "3g.40gb+3g.40gb" in layouts
+    # The autoscaler's nodes, 8 GPUs each: gpu-a100-01 joins at 06:00Z, 18 h of each GPU but the 10 minutes of
+    # its re-partitioned GPU's reset (no series); gpu-h100-01 is removed at 18:00Z, 18 h of each GPU.
+    pool = pq.read_table(wh.day_path(MARTS, "pool_daily_cost", SPEC.cluster, day)).to_pylist()
+    observed: dict[str, Decimal] = {}
+    for r in pool:
+        observed[r["node"]] = observed.get(r["node"], Decimal(0)) + r["observed_gpu_seconds"]
+    assert observed["gpu-a100-01"] == 8 * 18 * 3600 - 600
+    assert observed["gpu-h100-01"] == 8 * 18 * 3600

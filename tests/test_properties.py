@@ -47,6 +47,7 @@ def factories(draw: st.DrawFn) -> simulator.FactorySpec:
         outage=draw(st.booleans()),
         cordoned_node=draw(st.booleans()),
         xid_gpu=draw(st.booleans()),
+        autoscale=draw(st.booleans()),
     )
 
 

@@ -134,6 +134,42 @@ def test_a_day_alone_equals_the_day_within_a_run(tmp_path, spec):
                 assert load_k8s_json(k8s / snapshot_name(kind, taken_ms)) == doc
 
 
+def test_an_autoscaled_node_joins_and_another_leaves_on_the_events_day():
+    """FactorySpec.autoscale: gpu-a100-01 joins at 06:00Z on the second day (absent the first), gpu-h100-01 is
+    removed at 18:00Z (absent the third); their dcgm-exporter series, node series and pods' series go with
+    them. Truth from the construction: dcgm-exporter every 300 s from midnight, kube-state-metrics 20 s
+    before it (hh:04:40, hh:09:40 ...)."""
+    spec = replace(
+        simulator.demo_spec(), days=3, h100_nodes=2, gpus_per_node=4, scrape_interval_s=300, autoscale=True
+    )
+    assert "gpu-a100-01 joins 06:00Z, gpu-h100-01 is removed 18:00Z" in simulator.describe(spec)
+    first, events, last = (simulator.simulate_day(spec, day) for day in spec.day_list)
+
+    def hhmmss(table: pa.Table, node: str, kube: bool = False) -> tuple[str, str] | None:
+        if kube:  # the node's series and its pods' (kube_pod_info names the node)
+            mine = [r["ts_ms"] for r in table.to_pylist() if json.loads(r["labels"]).get("node") == node]
+        else:
+            mine = table.filter(pc.equal(table["hostname"], node))["ts_ms"].to_pylist()
+        if not mine:
+            return None
+        start, end = (
+            datetime.fromtimestamp(ms / 1000, UTC).strftime("%H:%M:%S") for ms in (min(mine), max(mine))
+        )
+        return start, end
+
+    assert hhmmss(first.dcgm, "gpu-a100-01") is None and hhmmss(first.kube, "gpu-a100-01", kube=True) is None
+    assert hhmmss(events.dcgm, "gpu-a100-01") == ("06:00:00", "23:55:00")
+    assert hhmmss(events.kube, "gpu-a100-01", kube=True) == ("06:04:40", "23:59:40")
+    assert hhmmss(events.dcgm, "gpu-h100-01") == ("00:00:00", "17:55:00")
+    assert hhmmss(events.kube, "gpu-h100-01", kube=True) == ("00:04:40", "17:59:40")
+    assert hhmmss(last.dcgm, "gpu-h100-01") is None and hhmmss(last.kube, "gpu-h100-01", kube=True) is None
+    assert hhmmss(last.dcgm, "gpu-a100-01") == ("00:00:00", "23:55:00")
+    # Without the flag, both nodes are there all three days.
+    steady = replace(spec, autoscale=False)
+    for day in steady.day_list:
+        assert hhmmss(simulator.simulate_day(steady, day).dcgm, "gpu-h100-01") == ("00:00:00", "23:55:00")
+
+
 def test_seed_changes_the_factory():
     other = simulator.FactorySpec(**{**SMALL.__dict__, "seed": SMALL.seed + 1})
     a, b = simulator.simulate_day(SMALL, SMALL.start), simulator.simulate_day(other, other.start)

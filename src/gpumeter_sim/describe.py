@@ -7,6 +7,7 @@ from gpumeter_sim.catalog import MODELS
 from gpumeter_sim.layout import MigInstance, factory_layout, lane_index
 from gpumeter_sim.pods import day_pods
 from gpumeter_sim.spec import (
+    AUTOSCALE_S,
     CHURN_S,
     RELABEL_S,
     REPLICA_GAPS_S,
@@ -120,6 +121,15 @@ def changing_pool(spec: FactorySpec, openmetrics: bool = True) -> list[str]:
         lines.append(
             f"kube-state-metrics rolled out {spec.changing_day} with a surge: the new instance scraped from "
             f"{_hhmm(ROLLOUT_S[0])}Z, the old one until {_hhmm(ROLLOUT_S[1])}:{ROLLOUT_S[1] % 60:02d}Z"
+        )
+    if layout.joining_node is not None and layout.events_day is not None:
+        lines.append(
+            f"autoscaler {layout.events_day}: {layout.joining_node} joins {_hhmm(AUTOSCALE_S[0])}Z"
+            + (
+                f", {layout.leaving_node} is removed {_hhmm(AUTOSCALE_S[1])}Z (its pods with it)"
+                if layout.leaving_node
+                else ""
+            )
         )
     if spec.dra_snapshots_s:
         lines.append(

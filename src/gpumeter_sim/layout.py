@@ -22,7 +22,7 @@ from gpumeter_sim.catalog import (
     MODELS,
     TIMESLICED_SLOT_KINDS,
 )
-from gpumeter_sim.spec import DRAIN_S, REPARTITION_S, SHORT_JOB_S, FactorySpec, epoch
+from gpumeter_sim.spec import AUTOSCALE_S, DAY_S, DRAIN_S, REPARTITION_S, SHORT_JOB_S, FactorySpec, epoch
 
 
 @dataclass(frozen=True)
@@ -119,9 +119,22 @@ class Layout:
     churn_lane: int | None = None  # vllm-0's lane (an inference replica)
     short_job_lane: int | None = None  # the DRA lane of the 20-minute job
     relabel_lane: int | None = None  # the relabelled pod's lane
+    joining_node: str | None = None  # FactorySpec.autoscale: in the pool from AUTOSCALE_S[0] on events_day
+    leaving_node: str | None = None  # ... and removed at AUTOSCALE_S[1] that day
 
     def node(self, name: str) -> NodeInfo:
         return next(n for n in self.nodes if n.name == name)
+
+    def node_lifetime(self, name: str, day: date) -> tuple[int, int]:
+        """[start, end) seconds after the day's midnight in which the node is in the pool (autoscale)."""
+        if self.events_day is None or name not in (self.joining_node, self.leaving_node):
+            return 0, DAY_S
+        joins = name == self.joining_node
+        if day < self.events_day:
+            return (DAY_S, DAY_S) if joins else (0, DAY_S)
+        if day > self.events_day:
+            return (0, DAY_S) if joins else (0, 0)
+        return (AUTOSCALE_S[0], DAY_S) if joins else (0, AUTOSCALE_S[1])
 
 
 # --- names and lookups --------------------------------------------------------------------------
@@ -290,8 +303,26 @@ def factory_layout(spec: FactorySpec) -> Layout:
         if reset_gpu is not None
         else None
     )
+    # autoscale: nodes other than the outage's, so that each dynamic stays visible on its own.
+    scaled = [n.name for n in sched_nodes if n.name != outage_node] if spec.autoscale else []
+    autoscaled = {
+        "joining_node": scaled[-1] if scaled else None,
+        "leaving_node": scaled[0] if len(scaled) > 1 else None,
+    }
+    if scaled and "events_day" not in events:
+        autoscaled["events_day"] = spec.changing_day
     return Layout(
-        tuple(nodes), tuple(gpus), tuple(lanes), outage_node, outage, xid_gpu, xid, reset_gpu, reset, **events
+        tuple(nodes),
+        tuple(gpus),
+        tuple(lanes),
+        outage_node,
+        outage,
+        xid_gpu,
+        xid,
+        reset_gpu,
+        reset,
+        **events,
+        **autoscaled,
     )
 
 

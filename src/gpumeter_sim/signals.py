@@ -145,6 +145,10 @@ def _dcgm_rows(ctx: DayContext, rows: _Rows, gpu: GpuInfo, gd: GpuDay, energy: n
     ow = ctx.layout.outage
     if ow is not None and ctx.layout.outage_node == gpu.node and ow.day == ctx.day:
         observed[ow.start_s // ctx.step : ow.end_s // ctx.step] = False
+    # autoscale: no series of a GPU while its node is not in the pool.
+    alive_s, gone_s = ctx.layout.node_lifetime(gpu.node, ctx.day)
+    observed[: -(-alive_s // ctx.step)] = False
+    observed[-(-gone_s // ctx.step) :] = False
     rng = np.random.default_rng([ctx.spec.seed, ctx.day.toordinal(), 6, gpu.gidx])
     for seg in gd.segments:
         seen = observed
@@ -266,15 +270,31 @@ def _node_capacity(gpus: list[GpuInfo], after: bool) -> dict[str, float]:
     return capacity
 
 
+def _alive_scrapes(ctx: DayContext, node: str) -> tuple[int, int]:
+    """[first, end) kube scrape indices of the day at which the node is in the pool (autoscale)."""
+    alive_s, gone_s = ctx.layout.node_lifetime(node, ctx.day)
+    # The day's first kube scrape may be stamped before midnight (ksm_offset_s): a node in the pool from the
+    # day's start has it.
+    first = 0 if alive_s == 0 else ctx.kidx(ctx.d0 + alive_s)
+    end = ctx.n if gone_s == DAY_S else ctx.kidx(ctx.d0 + gone_s)
+    return first, end
+
+
 def _kube_rows(ctx: DayContext, rows: _Rows) -> None:
     n = ctx.n
     every = np.arange(n, dtype=np.int32)
     layout = ctx.layout
+    alive = {node.name: _alive_scrapes(ctx, node.name) for node in layout.nodes}
     for node in layout.nodes:
         model = MODELS[node.model]
         gpus = [g for g in layout.gpus if g.node == node.name]
         units = {"cpu": "core", "memory": "byte"}
+        # autoscale: a node's series (and its pods', below) exist only while it is in the pool.
+        a0, a1 = alive[node.name]
         for k0, k1, after in _gpu_layout_pieces(ctx, gpus):
+            k0, k1 = max(k0, a0), min(k1, a1)
+            if k1 <= k0:
+                continue
             capacity = _node_capacity(gpus, after)
             for metric, cpu, memory in (
                 ("kube_node_status_capacity", model.node_cpu_cores, model.node_memory_bytes),
@@ -301,23 +321,26 @@ def _kube_rows(ctx: DayContext, rows: _Rows) -> None:
             if any(g.mig_after if after and g.mig_after is not None else g.mig for g in gpus):
                 node_labels["label_nvidia_com_mig_strategy"] = "mixed"
             rows.add(every[k0:k1], "kube_node_labels", 1.0, rows.label_code(_json(node_labels)))
+        lived = every[a0:a1]
         rows.add(
-            every, "kube_node_spec_unschedulable", 1.0 if node.cordoned else 0.0,
+            lived, "kube_node_spec_unschedulable", 1.0 if node.cordoned else 0.0,
             rows.label_code(_json({"node": node.name})),
         )  # fmt: skip
         for status in ("true", "false", "unknown"):
             code = rows.label_code(_json({"node": node.name, "condition": "Ready", "status": status}))
-            rows.add(every, "kube_node_status_condition", 1.0 if status == "true" else 0.0, code)
+            rows.add(lived, "kube_node_status_condition", 1.0 if status == "true" else 0.0, code)
         cost_labels = {
             "node": node.name,
             "instance_type": model.instance_type,
             "region": "us-east-1",
             "provider_id": f"aws:///us-east-1a/i-{hashlib.sha256(node.name.encode()).hexdigest()[:17]}",
         }
-        rows.add(every, "node_gpu_hourly_cost", model.price_per_gpu_hour, rows.label_code(_json(cost_labels)))
+        rows.add(lived, "node_gpu_hourly_cost", model.price_per_gpu_hour, rows.label_code(_json(cost_labels)))
     for pod in ctx.pods:
-        # A pod's series exist from its creation until its deletion (then they vanish: R1a staleness).
-        e0, e1 = ctx.kidx(pod.created), ctx.kidx(pod.deleted)
+        # A pod's series exist from its creation until its deletion (then they vanish: R1a staleness), and
+        # only while its node is in the pool.
+        a0, a1 = alive.get(pod.node, (0, ctx.n))
+        e0, e1 = max(ctx.kidx(pod.created), a0), min(ctx.kidx(pod.deleted), a1)
         if e1 <= e0:
             continue
         idx = every[e0:e1]

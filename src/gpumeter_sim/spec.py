@@ -51,6 +51,9 @@ class FactorySpec:
     # ROLLOUT_S on the events day: the new instance (10.0.0.2) scraped alongside the old one (10.0.0.1).
     ksm_rollout: bool = False
     dra_snapshots_s: int = 0  # 0: one plain claims/slices list per day (unknown time); else timed snapshots
+    # A cluster autoscaler: a schedulable node joins at AUTOSCALE_S[0] on the events day (absent before) and
+    # another is removed at AUTOSCALE_S[1] (absent after); its series and its pods go with it.
+    autoscale: bool = False
 
     def __post_init__(self) -> None:
         problems: list[str] = []
@@ -111,6 +114,7 @@ WHOLE_HOLD_S = (2 * 3600, 10 * 3600)  # the pod holding the GPU that goes MIG, R
 CHURN_S = (9 * 3600, 9 * 3600 + 300)  # vllm-0 deleted and recreated; the new one Running
 SHORT_JOB_S = (10 * 3600, 10 * 3600 + 20, 10 * 3600 + 1200)  # created, Running, deleted (its claim with it)
 RELABEL_S = 12 * 3600
+AUTOSCALE_S = (6 * 3600, 18 * 3600)  # autoscale: a node joins, another is removed
 # ksm_rollout: the new kube-state-metrics instance scraped from the first time on, the old one until the second
 # (exclusive); the short DRA job's pod is deleted 10 s after the old one's last scrape.
 ROLLOUT_S = (10 * 3600 + 18 * 60, 10 * 3600 + 19 * 60 + 50)
