@@ -1092,6 +1092,15 @@ def test_r8_rate_card_model_with_no_price_is_an_error() -> None:
     f = factory().gpu("n1", "GPU-1", H100).sample("GPU-1", 0, util=50)
     with pytest.raises(AccountingError, match=r"NVIDIA H100 80GB HBM3.*no price_per_gpu_hour"):
         meter_day(f.build(), config, "c1", DAY)
+    # Priced from 15 November on only: 1 November has no price, and the error says from when it has one.
+    later = {"effective_from": "2026-11-15", "price_per_gpu_hour": 3.6}
+    config = make_config(
+        rate_card={"models": [{"model": "H100-80GB", "aliases": [H100], "price_changes": [later]}]}
+    )
+    with pytest.raises(
+        AccountingError, match=r"no price_per_gpu_hour on 2026-11-01 \(its price_changes start 2026-11-15\)"
+    ):
+        meter_day(f.build(), config, "c1", DAY)
 
 
 def test_r5_r6_shared_dra_claim_splits_between_its_running_pods() -> None:

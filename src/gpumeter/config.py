@@ -11,7 +11,7 @@ from datetime import date
 from importlib.resources import files
 from importlib.resources.abc import Traversable
 from pathlib import Path
-from typing import Annotated, Any, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Literal, TypeVar
 
 import iso4217
 import yaml
@@ -258,7 +258,7 @@ MigProfilePrices = dict[Annotated[str, AfterValidator(_mig_profile_key)], Annota
 
 class PriceChange(_Model):
     """A model's prices from one UTC day on (R8): a day is metered at the prices in effect that day, so a day
-    metered again after a price change keeps its own day's prices (docs/tariffs.md, "Price changes")."""
+    metered again after a price change keeps its own day's prices (docs/config.md, "Price changes")."""
 
     effective_from: date = Field(description="The first UTC day metered at these prices.")
     price_per_gpu_hour: float = Field(ge=0, description="The model's price per GPU-hour from that day on.")
@@ -293,11 +293,10 @@ class GpuModelPrice(_Model):
 
     def prices_on(self, day: date) -> tuple[float | None, dict[str, float]]:
         """The price per GPU-hour and the MIG profiles' prices in effect on a UTC day."""
-        price, profiles = self.price_per_gpu_hour, self.mig_profiles
-        for change in self.price_changes:
-            if change.effective_from <= day:
-                price, profiles = change.price_per_gpu_hour, change.mig_profiles
-        return price, profiles
+        change = _in_effect(self.price_changes, day)
+        if change is None:
+            return self.price_per_gpu_hour, self.mig_profiles
+        return change.price_per_gpu_hour, change.mig_profiles
 
 
 class MigFamily(_Model):
@@ -325,6 +324,14 @@ class EnergyPriceChange(_Model):
     )
 
 
+_Change = TypeVar("_Change", PriceChange, EnergyPriceChange)
+
+
+def _in_effect(changes: Sequence[_Change], day: date) -> _Change | None:
+    """The last of the (date-ordered) changes in effect on a UTC day; None before the first."""
+    return next((c for c in reversed(changes) if c.effective_from <= day), None)
+
+
 class RateCard(_Model):
     price_source: Literal["rate_card", "opencost"] = "rate_card"
     mig_weight: Literal["compute", "memory"] = "compute"
@@ -349,11 +356,8 @@ class RateCard(_Model):
 
     def energy_price_on(self, day: date) -> float | None:
         """The price of one kWh in effect on a UTC day."""
-        price = self.energy_price_per_kwh
-        for change in self.energy_price_changes:
-            if change.effective_from <= day:
-                price = change.price_per_kwh
-        return price
+        change = _in_effect(self.energy_price_changes, day)
+        return self.energy_price_per_kwh if change is None else change.price_per_kwh
 
 
 class Hybrid(_Model):
@@ -988,12 +992,10 @@ def config_warnings(config: Config) -> list[tuple[str, str]]:
                         )
     for m, model in enumerate(config.rate_card.models):
         if model.price_per_gpu_hour is None and config.rate_card.price_source == "rate_card":
-            first = model.price_changes[0].effective_from if model.price_changes else None
-            said = (
-                f"no price before {first}: GPUs of this model stop days before it"
-                if first
-                else ("no price: GPUs of this model stop the run")
-            )
+            said = "no price: GPUs of this model stop the run"
+            if model.price_changes:
+                first = model.price_changes[0].effective_from
+                said = f"no price before {first}: GPUs of this model stop days before it"
             warnings.append((f"rate_card.models[{m}].price_per_gpu_hour", said))
     return warnings
 

@@ -147,7 +147,8 @@ def resolve_device_class(
     """The device class of a model (and MIG profile) at the rate card's prices in effect on `day` (a UTC day;
     today's without one): R3's weight, R8's prices."""
     rate = match_model(config, model_name)
-    rate_price, rate_profiles = rate.prices_on(day or datetime.now(UTC).date()) if rate else (None, {})
+    day = day or datetime.now(UTC).date()
+    rate_price, rate_profiles = rate.prices_on(day) if rate else (None, {})
     gpu_model = rate.model if rate else model_name
     opencost = config.rate_card.price_source == "opencost"
     where = f" on node {node!r}" if node else ""
@@ -158,9 +159,12 @@ def resolve_device_class(
         )
     gpu_price = None if opencost or rate is None else rate_price
     if not opencost and gpu_price is None:
+        before = ""
+        if rate is not None and rate.price_changes:  # priced by its changes only: none before the first
+            before = f" on {day} (its price_changes start {rate.price_changes[0].effective_from})"
         raise CatalogError(
             f"GPU model {model_name!r}{where} matches rate_card model {gpu_model!r}, which has no "
-            "price_per_gpu_hour"
+            f"price_per_gpu_hour{before}"
         )
     if mig_profile is None:
         return DeviceClass(model_name, gpu_model, None, None, None, 1.0, gpu_price, gpu_price)

@@ -39,6 +39,7 @@ def _set_variables(
     start_ms, end_ms = day_bounds_ms(day)
     # A day metered before its end (provisional) ends at `through` for everything "in the day" means.
     end_ms = end_ms if through_ms is None else through_ms
+    energy_price = config.rate_card.energy_price_on(day)  # R8, R10: in effect on the metered day
     variables: Mapping[str, object] = {
         "cluster": cluster,
         "day": day.isoformat(),
@@ -50,9 +51,8 @@ def _set_variables(
         "idle_threshold": config.idle_threshold,
         "idle_policy": config.idle_policy,
         "tariff": config.tariff,
-        # R8, R10: the energy price in effect on the metered day.
-        "energy_price_per_kwh": config.rate_card.energy_price_on(day),
-        "energy_price_units": price_units(config.rate_card.energy_price_on(day)) or 0,
+        "energy_price_per_kwh": energy_price,
+        "energy_price_units": price_units(energy_price) or 0,
         "scrape_ms": config.scrape_interval_of(cluster) * 1000,
         "weight_scale": WEIGHT_SCALE,
         "money_units_base": str(MONEY_UNITS_BASE),  # beyond BIGINT: cast to HUGEINT in SQL
