@@ -273,11 +273,7 @@ def _node_capacity(gpus: list[GpuInfo], after: bool) -> dict[str, float]:
 def _alive_scrapes(ctx: DayContext, node: str) -> tuple[int, int]:
     """[first, end) kube scrape indices of the day at which the node is in the pool (autoscale)."""
     alive_s, gone_s = ctx.layout.node_lifetime(node, ctx.day)
-    # The day's first kube scrape may be stamped before midnight (ksm_offset_s): a node in the pool from the
-    # day's start has it.
-    first = 0 if alive_s == 0 else ctx.kidx(ctx.d0 + alive_s)
-    end = ctx.n if gone_s == DAY_S else ctx.kidx(ctx.d0 + gone_s)
-    return first, end
+    return ctx.kidx(ctx.d0 + alive_s), ctx.kidx(ctx.d0 + gone_s)
 
 
 def _kube_rows(ctx: DayContext, rows: _Rows) -> None:
