@@ -102,26 +102,24 @@ def keeps_nan(server: PromQLServer) -> bool:
     return isinstance(server, promserver.PrometheusServer)
 
 
-def prometheus_text(samples: Iterable[Sample]) -> str:
-    """The samples in the Prometheus text format, timestamps in milliseconds (VictoriaMetrics' import)."""
-    lines = []
-    for s in samples:
-        labels = ",".join(f'{k}="{_escape(v)}"' for k, v in s.labels)
-        lines.append(f"{s.metric}{{{labels}}} {_value(s.value)} {s.ts_ms}")
-    return "\n".join(lines) + "\n"
+@contextmanager
+def serve_openmetrics(backend: str, openmetrics: Path, folder: Path) -> Iterator[PromQLServer]:
+    """A real PromQL server on 127.0.0.1 holding the samples of an OpenMetrics file: Prometheus (backfilled
+    with promtool into a TSDB under `folder`) or VictoriaMetrics (imported over HTTP)."""
+    if backend == PROMETHEUS:
+        with promserver.PrometheusServer(promserver.backfill(openmetrics, folder / "tsdb")) as server:
+            yield server
+        return
+    with promserver.VictoriaMetricsServer(folder / "victoria-metrics") as vm:
+        vm.import_openmetrics(openmetrics)
+        yield vm
 
 
 @contextmanager
 def served(backend: str, samples: Iterable[Sample], folder: Path) -> Iterator[PromQLServer]:
-    """A real PromQL server on 127.0.0.1 holding `samples`: Prometheus (backfilled with promtool) or
-    VictoriaMetrics (imported over HTTP)."""
-    if backend == PROMETHEUS:
-        with serve_samples(samples, folder) as server:
-            yield server
-        return
-    with promserver.VictoriaMetricsServer(folder / "victoria-metrics") as vm:
-        vm.import_samples(prometheus_text(samples))
-        yield vm
+    """`serve_openmetrics` of `samples`, written as OpenMetrics under `folder`."""
+    with serve_openmetrics(backend, write_openmetrics(samples, folder / "samples.om"), folder) as server:
+        yield server
 
 
 def matrix_body(series: list[tuple[dict[str, str], list[tuple[int, str]]]]) -> bytes:

@@ -20,7 +20,6 @@ import pyarrow as pa
 import pytest
 from prometheus_fixtures import (
     BACKENDS,
-    PROMETHEUS,
     FaultServer,
     PromQLServer,
     Reply,
@@ -28,6 +27,7 @@ from prometheus_fixtures import (
     keeps_nan,
     matrix_body,
     sample,
+    serve_openmetrics,
     served,
     write_openmetrics,
 )
@@ -39,7 +39,7 @@ from gpumeter.ingest.parquet import ParquetRawSource
 from gpumeter.ingest.prometheus import PrometheusRawSource, parse_timestamp_ms
 from gpumeter.ingest.schema import DCGM_SERIES_LABELS, RAW_DCGM_SCHEMA, RAW_KUBE_SCHEMA, dcgm_series_key
 from gpumeter_sim import promserver
-from gpumeter_sim.promserver import PrometheusServer, VictoriaMetricsServer, backfill
+from gpumeter_sim.promserver import PrometheusServer, backfill
 
 if not promserver.binaries_available():  # CI installs it (.ci/run); say what to do anywhere else
     pytest.skip(
@@ -418,15 +418,7 @@ def test_prometheus_path_equals_parquet_path_on_the_simulated_factory(tmp_path: 
     ]
     openmetrics.write_openmetrics([(tail[0], tail[1]), (second.dcgm, second.kube)], tmp_path / "sim.om")
     k8s = tmp_path / "source" / "k8s" / "cluster=sim" / f"day={day.isoformat()}"
-    server: PromQLServer
-    if backend == PROMETHEUS:
-        backfill(tmp_path / "sim.om", tmp_path / "tsdb")
-        server = PrometheusServer(tmp_path / "tsdb")
-    else:
-        server = VictoriaMetricsServer(tmp_path / "victoria-metrics")
-    with server:
-        if isinstance(server, VictoriaMetricsServer):
-            server.import_openmetrics(tmp_path / "sim.om")
+    with serve_openmetrics(backend, tmp_path / "sim.om", tmp_path) as server:
         src = source(
             server.url,
             'cluster="sim"',

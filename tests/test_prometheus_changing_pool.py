@@ -30,8 +30,7 @@ from gpumeter.config import load_config
 from gpumeter.pipelines.launch import invoice_month, meter_days
 from gpumeter.storage.paths import MARTS
 from gpumeter.storage.warehouse import Warehouse
-from gpumeter_sim.promserver import PrometheusServer, VictoriaMetricsServer, backfill
-from tests.prometheus_fixtures import BACKENDS, PROMETHEUS, PromQLServer, needs_prometheus
+from tests.prometheus_fixtures import BACKENDS, needs_prometheus, serve_openmetrics
 
 pytestmark = [pytest.mark.slow, needs_prometheus]
 
@@ -74,16 +73,7 @@ def two_paths(
     simulator.write_openmetrics(SPEC, prom_dir / "factory.om")
     text = (prom_dir / "factory.om").read_text(encoding="utf-8")
     assert 'prometheus_replica="a"' in text and 'prometheus_replica="b"' in text
-    server: PromQLServer
-    if request.param == PROMETHEUS:
-        data = backfill(prom_dir / "factory.om", prom_dir / "prometheus-tsdb")
-        server = PrometheusServer(data)
-    else:
-        data = prom_dir / "victoria-metrics"
-        server = VictoriaMetricsServer(data)
-    with server:
-        if isinstance(server, VictoriaMetricsServer):
-            server.import_openmetrics(prom_dir / "factory.om")
+    with serve_openmetrics(request.param, prom_dir / "factory.om", prom_dir) as server:
         placeholder = prom_dir / "none.json"
         prom_config = write_prometheus_demo_config(
             prom_dir, server.url, claims_file=placeholder, slices_file=placeholder
@@ -101,7 +91,7 @@ def two_paths(
         )
         meter_days(str(prom_config), SPEC.day_list)
         invoice_month(str(prom_config), PERIOD)
-    found = subprocess.run(["pgrep", "-f", str(data)], capture_output=True, text=True, check=False)
+    found = subprocess.run(["pgrep", "-f", str(prom_dir)], capture_output=True, text=True, check=False)
     assert found.stdout.split() == [], "no server is left running"
     meter_days(str(parquet_config), SPEC.day_list)
     invoice_month(str(parquet_config), PERIOD)

@@ -44,11 +44,15 @@ class PrometheusServerError(RuntimeError):
     """promtool failed, or the server did not become ready."""
 
 
-def find_binary(name: str) -> str:
-    """Absolute path of `prometheus` or `promtool`; a clear error naming the package when missing."""
+_PROMETHEUS_MISSING = f"{INSTALL_HINT} `prometheus` and `promtool`"
+
+
+def find_binary(name: str, install_hint: str = _PROMETHEUS_MISSING) -> str:
+    """Absolute path of a server binary (`prometheus`, `promtool` by default); a clear error naming the package
+    when missing."""
     path = shutil.which(name)
     if path is None:
-        raise PrometheusNotInstalled(f"`{name}` is not on PATH: {INSTALL_HINT} `prometheus` and `promtool`")
+        raise PrometheusNotInstalled(f"`{name}` is not on PATH: {install_hint}")
     return path
 
 
@@ -125,6 +129,7 @@ class _LocalServer:
 
     binary = ""
     ready_path = ""
+    install_hint = ""  # what to install where `binary` is not on PATH
 
     def __init__(
         self,
@@ -163,7 +168,7 @@ class _LocalServer:
         raise NotImplementedError
 
     def start(self) -> None:
-        binary = self._find_binary()
+        binary = find_binary(self.binary, self.install_hint)
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self._workdir = tempfile.TemporaryDirectory(prefix=f"gpumeter-{self.binary}-")
         work = Path(self._workdir.name)
@@ -192,9 +197,6 @@ class _LocalServer:
                     self._cleanup()
                     raise
                 self.port = None
-
-    def _find_binary(self) -> str:
-        return find_binary(self.binary)
 
     def _wait_ready(self) -> None:
         assert self.process is not None
@@ -255,6 +257,7 @@ class PrometheusServer(_LocalServer):
 
     binary = "prometheus"
     ready_path = "/-/ready"
+    install_hint = _PROMETHEUS_MISSING
 
     @property
     def tsdb_dir(self) -> Path:
@@ -275,7 +278,7 @@ class PrometheusServer(_LocalServer):
 
 class VictoriaMetricsServer(_LocalServer):
     """`victoria-metrics` (single-node) storing under `data_dir`, on 127.0.0.1 at a free port: another
-    PromQL API the source reads (docs/prometheus.md). Samples are written with `import_samples`.
+    PromQL API the source reads (docs/prometheus.md). Samples are written with `import_openmetrics`.
 
     Retention is 100 years (its default, a month, would drop a test's past days at import); queries see
     samples up to the present (`-search.latencyOffset=0s`) and are never answered from its cache, so that a
@@ -283,12 +286,7 @@ class VictoriaMetricsServer(_LocalServer):
 
     binary = "victoria-metrics"
     ready_path = "/health"
-
-    def _find_binary(self) -> str:
-        path = shutil.which(self.binary)
-        if path is None:
-            raise PrometheusNotInstalled(f"`{self.binary}` is not on PATH: {VICTORIA_METRICS_INSTALL_HINT}")
-        return path
+    install_hint = VICTORIA_METRICS_INSTALL_HINT
 
     def _command(self, binary: str, work: Path, port: int) -> list[str]:
         return [
