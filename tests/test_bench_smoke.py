@@ -11,11 +11,15 @@ import duckdb
 import pyarrow.parquet as pq
 import pytest
 
-from bench import fleet, sorted_pivot
+from bench import fleet, sorted_pivot, streaming_floor
 from bench.pandas_meter import cost_by_namespace
+from gpumeter.config import load_config
 from gpumeter.ingest.contract import day_bounds_ms
 from gpumeter.ingest.schema import DCGM_TEMP
+from gpumeter.models.partition import read_raw_day
 from gpumeter.models.project import load_models
+from gpumeter.models.runner import meter_day
+from gpumeter.storage.warehouse import Warehouse
 from gpumeter_sim.promserver import binaries_available
 from tests.builders import FactoryBuilder
 
@@ -155,3 +159,42 @@ def test_harness_runs_every_step_on_a_tiny_fleet(tmp_path: Path) -> None:
     own = fleet.run_child("single_pass", small, "--day", small.start.isoformat())
     assert 0 < own.peak_rss_mib < 600, own
     del ballast
+
+
+def test_the_streaming_pass_agrees_with_the_models_it_stands_for(tmp_path: Path) -> None:
+    """bench/streaming_floor.py measures the floor of the unbuilt one-pass design (a day sorted by GPU and time,
+    grouped without a hash table); it is not the product, so it is checked against the product's models on a
+    simulated day: the same series samples, GPU samples, MIG modes, holders, energy and busy fractions."""
+    ws = fleet.Workspace(tmp_path / "w", gpus=8, days=1)
+    fleet.step_generate(ws)
+    day = ws.start.isoformat()
+    assert streaming_floor.sort_files(ws.root, day)["rows"] == sum(
+        pq.ParquetFile(f).metadata.num_rows for f in ws.raw_files("raw_dcgm_samples", ws.start)
+    )
+    got = streaming_floor.run_pass(ws.root, day, threads=2, store=True)
+    config = load_config(ws.config_path)
+    raw = read_raw_day(Warehouse.of(config.warehouse), fleet.CLUSTER, ws.start)
+    models = meter_day(raw, config, fleet.CLUSTER, ws.start, keep_layers=("staging", "intermediate"))
+    con = duckdb.connect()
+    for name in ("stg_dcgm_samples", "int_gpu_samples", "int_mig_instance_samples"):
+        con.register(name, models[name])
+    ((gpus, mig, held, energy, busy),) = con.sql(
+        "select count(*), count(*) filter (where is_mig), count(holder_key), sum(energy_mj), sum(busy) "
+        "from int_gpu_samples"
+    ).fetchall()
+    ((instances, instances_held, instances_busy),) = con.sql(
+        "select count(*), count(holder_key), sum(busy) from int_mig_instance_samples"
+    ).fetchall()
+    assert mig > 0 and instances > 0 and held > 0  # the simulated day has MIG GPUs and holders to compare
+    assert got["series_samples"] == models["stg_dcgm_samples"].num_rows
+    assert got["series"] == models["stg_dcgm_series"].num_rows
+    assert (got["gpu_samples_in_day"], got["mig_gpu_samples_in_day"], got["held_gpu_samples_in_day"]) == (
+        gpus,
+        mig,
+        held,
+    )
+    assert got["gpu_samples"] == gpus and got["instance_samples"] == instances
+    assert (got["mig_instance_samples"], got["held_mig_instance_samples"]) == (instances, instances_held)
+    assert got["energy_mj"] == energy
+    assert got["busy_sum_x1e6"] == pytest.approx(busy * 1e6, abs=1)
+    assert got["mig_busy_sum_x1e6"] == pytest.approx(instances_busy * 1e6, abs=1)
