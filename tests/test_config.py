@@ -557,6 +557,51 @@ def test_price_changes_must_be_in_date_order_and_gpu_prices_need_the_rate_card()
     assert "effective_from 2026-11-01 follows 2026-12-01" in message
 
 
+def test_dated_tenant_rules_need_a_period_that_holds_a_day_and_a_rule() -> None:
+    """R7: each dated rule set gives from, until or both (until after from), and names at least one rule."""
+    tenant = MINIMAL + "tenants:\n  - name: a\n    dated_rules:\n      - RULES\n"
+    [(place, message)] = problems_of(tenant.replace("RULES", "{namespaces: [llm]}"))
+    assert (
+        place == "tenants[0].dated_rules[0] (line 7)"
+        and "give effective_from, effective_until or both" in message
+    )
+    [(place, message)] = problems_of(
+        tenant.replace(
+            "RULES", "{effective_from: 2026-12-15, effective_until: 2026-12-15, namespaces: [llm]}"
+        )
+    )
+    assert place == "tenants[0].dated_rules[0] (line 7)"
+    assert "effective_until 2026-12-15 is not after effective_from 2026-12-15" in message
+    [(place, message)] = problems_of(tenant.replace("RULES", "{effective_from: 2026-12-15}"))
+    assert "names no namespace, vCluster or pod label rule" in message
+    [(place, _)] = problems_of(
+        tenant.replace("RULES", "{effective_from: 2026-12-15, namespaces: [Not_A_Namespace]}")
+    )
+    assert place == "tenants[0].dated_rules[0].namespaces[0] (line 7)"
+
+
+def test_dated_rules_warn_of_an_overlap_only_on_the_days_both_are_in_effect() -> None:
+    """A hand-over (a's rule until the day b's starts) overlaps on no day; a rule left in a's rules for every
+    day, or periods that share a day, do, and the warning names the later tenant's dated rule."""
+    hand_over = (
+        MINIMAL + "tenants:\n"
+        "  - name: a\n    namespaces: [ns-a]\n"
+        "    dated_rules: [{effective_until: 2026-12-15, namespaces: [llm], vclusters: [vc]}]\n"
+        "  - name: b\n"
+        "    dated_rules: [{effective_from: 2026-12-15, namespaces: ['ll*'], vclusters: [vc]}]\n"
+    )
+    assert warnings_of(hand_over) == []
+    shared_day = hand_over.replace("effective_from: 2026-12-15", "effective_from: 2026-12-14")
+    assert [place for place, _ in warnings_of(shared_day)] == [
+        "tenants[1].dated_rules[0].namespaces[0]",
+        "tenants[1].dated_rules[0].vclusters[0]",
+    ]
+    left_behind = hand_over.replace("namespaces: [ns-a]", "namespaces: [ns-a, llm]")
+    [(place, message)] = warnings_of(left_behind)
+    assert place == "tenants[1].dated_rules[0].namespaces[0]"
+    assert "'ll*' overlaps 'llm' of tenant 'a' (tenants[0].namespaces[1])" in message
+
+
 def test_duplicated_vclusters_warn() -> None:
     warnings = warnings_of(
         MINIMAL + "tenants:\n  - {name: a, vclusters: [x, eval]}\n  - {name: b, vclusters: [eval]}\n"

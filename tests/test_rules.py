@@ -510,6 +510,59 @@ def test_r7_label_rule_beats_vcluster_beats_namespace_and_file_order_within_a_ki
     }
 
 
+def test_r7_a_namespace_handed_over_on_a_date_and_a_day_metered_again_keeps_its_team() -> None:
+    """R7, R15: `llm` is team-a's until 2 November and team-b's from then (dated_rules, UTC days). Each day is
+    metered with the rules in effect that day, so 1 November metered after the hand-over was configured is
+    still team-a's, exactly as with the config it had. By hand: p3 holds an H100 (3.60 an hour) for two
+    samples of 60 s a day, 2 × 0.06 = 0.12 a day; a dated pod label rule (team=x, 3 November only) claims p4
+    that day only, before every namespace rule."""
+    tenants = [
+        {"name": "team-a", "namespaces": ["ns-a"], "dated_rules": [
+            {"effective_until": "2026-11-02", "namespaces": ["llm"]},
+        ]},
+        {"name": "team-b", "namespaces": ["ns-b"], "dated_rules": [
+            {"effective_from": "2026-11-02", "namespaces": ["llm"]},
+            {"effective_from": "2026-11-03", "effective_until": "2026-11-04",
+             "pod_labels": [{"key": "team", "value": "x"}]},
+        ]},
+        {"name": "team-x", "namespaces": ["ns-x"]},
+    ]  # fmt: skip
+
+    def day(n: int) -> FactoryBuilder:
+        f = factory(DAY + timedelta(days=n)).gpu("n1", "GPU-1", H100).gpu("n1", "GPU-2", H100, index="1")
+        f.samples("GPU-1", range(2), util=50, pod=("llm", "p3", "main"))
+        f.samples("GPU-2", range(2), util=50, pod=("ns-x", "p4", "main"))
+        f.pod_labels("ns-x", "p4", {"team": "x"})
+        return f
+
+    config = make_config(tenants=tenants)
+    nov1, nov2, nov3, nov4 = (meter(day(n), config) for n in range(4))
+    assert (holder(nov1, "p3")["tenant"], holder(nov1, "p3")["tenant_rule"]) == ("team-a", "namespace")
+    for out in (nov2, nov3, nov4):
+        assert holder(out, "p3")["tenant"] == "team-b"
+    assert [holder(out, "p4")["tenant"] for out in (nov1, nov2, nov3, nov4)] == [
+        "team-x",
+        "team-x",
+        "team-b",  # the dated pod label rule, on its one day
+        "team-x",
+    ]
+    assert charges(nov1) == {
+        ("team-a", "reserved"): D("0.12"),
+        ("team-x", "reserved"): D("0.12"),
+        (IDLE, "idle"): D(0),
+    }
+    assert charges(nov3) == {("team-b", "reserved"): D("0.24"), (IDLE, "idle"): D(0)}
+    # 1 November with the config it had before the hand-over was written: the same marts.
+    before = make_config(
+        tenants=[
+            {"name": "team-a", "namespaces": ["ns-a", "llm"]},
+            {"name": "team-b", "namespaces": ["ns-b"]},
+            {"name": "team-x", "namespaces": ["ns-x"]},
+        ]
+    )
+    assert meter(day(0), before)["mart_tenant_daily_cost"].equals(nov1["mart_tenant_daily_cost"])
+
+
 # --- R1a: kube-state-metrics scraped by two jobs ------------------------------------------------
 
 KSM_A = ("ksm/10.0.0.1:8080", -20_000)  # target, scrape offset from the DCGM grid

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import UTC, date, datetime
 from typing import Any
 
 import pytest
@@ -216,3 +217,34 @@ def test_resolution_is_total_and_deterministic(
     assert not any({"pod_label": label_hit, "vcluster": vc_hit}[k](t) for k in higher for t in config.tenants)
     # File order within the kind: the first tenant that matches by this kind.
     assert next(t.name for t in config.tenants if hit(t)) == match.tenant
+
+
+def test_dated_rules_apply_on_their_utc_days_only_from_inclusive_until_exclusive() -> None:
+    """R7: a dated rule set is in effect on [effective_from, effective_until); outside it the tenant's own rules
+    alone apply, and a dated rule takes its kind's place in the precedence (a pod label before a namespace)."""
+    config = make(
+        [
+            {"name": "a", "namespaces": ["ns-a"], "dated_rules": [
+                {"effective_until": "2026-12-15", "namespaces": ["llm"]},
+            ]},
+            {"name": "b", "dated_rules": [
+                {"effective_from": "2026-12-15", "namespaces": ["llm"]},
+                {"effective_from": "2026-12-20", "effective_until": "2026-12-22",
+                 "pod_labels": [{"key": "team", "value": "x"}]},
+            ]},
+        ]
+    )  # fmt: skip
+
+    def on(day: date, namespace: str, labels: dict[str, str] | None = None) -> tuple[str, str]:
+        match = resolve_tenant(config, namespace, labels or {}, day)
+        return match.tenant, match.rule
+
+    assert on(date(2026, 12, 14), "llm") == ("a", "namespace")
+    assert on(date(2026, 12, 15), "llm") == ("b", "namespace")
+    assert on(date(2027, 1, 1), "llm") == ("b", "namespace")
+    x = {"label_team": "x"}
+    assert [on(date(2026, 12, d), "ns-a", x)[0] for d in (19, 20, 21, 22)] == ["a", "b", "b", "a"]
+    assert on(date(2026, 12, 21), "ns-a", x) == ("b", "pod_label")
+    # Without a day, the rules in effect today (UTC).
+    today = datetime.now(UTC).date()
+    assert resolve_tenant(config, "llm", {}).tenant == ("b" if today >= date(2026, 12, 15) else "a")

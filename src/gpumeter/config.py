@@ -395,14 +395,55 @@ class PodLabelRule(_Model):
         return "label_" + re.sub(r"([a-z0-9])([A-Z])", r"\1_\2", sanitized).lower()
 
 
+NamespacePatterns = list[Annotated[str, AfterValidator(_namespace_pattern)]]
+
+
+class DatedRules(_Model):
+    """More rules of a tenant, in effect on the UTC days [effective_from, effective_until) only (R7): a namespace,
+    vCluster or pod label handed from one team to another on a date (docs/config.md, "Tenant rules with dates")."""
+
+    effective_from: date | None = Field(None, description="The first UTC day these rules apply to.")
+    effective_until: date | None = Field(None, description="The first UTC day they no longer apply to.")
+    namespaces: NamespacePatterns = Field(default_factory=list, description="Namespace names or shell globs.")
+    vclusters: list[str] = Field(default_factory=list, description="vCluster names (host pod label).")
+    pod_labels: list[PodLabelRule] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _a_period_and_a_rule(self) -> DatedRules:
+        if self.effective_from is None and self.effective_until is None:
+            raise ValueError(
+                "give effective_from, effective_until or both (rules for every day go in the tenant's own "
+                "namespaces, vclusters and pod_labels)"
+            )
+        if (
+            self.effective_from is not None
+            and self.effective_until is not None
+            and self.effective_until <= self.effective_from
+        ):
+            raise ValueError(
+                f"effective_until {self.effective_until} is not after effective_from {self.effective_from}: the "
+                "rules would apply to no day"
+            )
+        if not (self.namespaces or self.vclusters or self.pod_labels):
+            raise ValueError("names no namespace, vCluster or pod label rule")
+        return self
+
+    def in_effect(self, day: date) -> bool:
+        return (self.effective_from is None or self.effective_from <= day) and (
+            self.effective_until is None or day < self.effective_until
+        )
+
+
 class Tenant(_Model):
     name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
     cost_center: str | None = None
-    namespaces: list[Annotated[str, AfterValidator(_namespace_pattern)]] = Field(
-        default_factory=list, description="Namespace names or shell globs."
-    )
+    namespaces: NamespacePatterns = Field(default_factory=list, description="Namespace names or shell globs.")
     vclusters: list[str] = Field(default_factory=list, description="vCluster names (host pod label).")
     pod_labels: list[PodLabelRule] = Field(default_factory=list)
+    dated_rules: list[DatedRules] = Field(
+        default_factory=list,
+        description="More rules, each in effect from or until a UTC day (a namespace handed over on a date).",
+    )
     monthly_budget: float | None = Field(None, ge=0)
     kueue_cluster_queues: list[str] = Field(
         default_factory=list,
@@ -958,38 +999,15 @@ def load_config(path: str | os.PathLike[str]) -> Config:
 def config_warnings(config: Config) -> list[tuple[str, str]]:
     """Problems that do not stop a run but that finance should know of (R7 overlaps, R8 premiums)."""
     warnings: list[tuple[str, str]] = []
-    # R7: within one rule kind the first tenant in file order wins; an overlap is a warning.
+    # R7: within one rule kind the first tenant in file order wins; an overlap is a warning, where the two rules
+    # are in effect on a common day.
+    rule_sets = [list(_tenant_rule_sets(i, tenant)) for i, tenant in enumerate(config.tenants)]
     for i, first in enumerate(config.tenants):
         for j in range(i + 1, len(config.tenants)):
-            second = config.tenants[j]
-            for a, pa_ in enumerate(first.namespaces):
-                for b, pb in enumerate(second.namespaces):
-                    if _globs_overlap(pa_, pb):
-                        warnings.append(
-                            (
-                                f"tenants[{j}].namespaces[{b}]",
-                                f"{pb!r} overlaps {pa_!r} of tenant {first.name!r} (tenants[{i}].namespaces[{a}]), "
-                                f"which wins for the namespaces both match",
-                            )
-                        )
-            for b, vc in enumerate(second.vclusters):
-                if vc in first.vclusters:
-                    warnings.append(
-                        (
-                            f"tenants[{j}].vclusters[{b}]",
-                            f"vCluster {vc!r} is also tenant {first.name!r}'s, which wins",
-                        )
-                    )
-            for b, rule in enumerate(second.pod_labels):
-                for other in first.pod_labels:
-                    if rule.metric_label == other.metric_label and _globs_overlap(rule.value, other.value):
-                        warnings.append(
-                            (
-                                f"tenants[{j}].pod_labels[{b}]",
-                                f"{rule.key}={rule.value} overlaps {other.key}={other.value} of tenant "
-                                f"{first.name!r}, which wins",
-                            )
-                        )
+            for place_a, period_a, rules_a in rule_sets[i]:
+                for place_b, period_b, rules_b in rule_sets[j]:
+                    if _periods_meet(period_a, period_b):
+                        warnings.extend(_rule_overlaps(first.name, place_a, rules_a, place_b, rules_b))
     for m, model in enumerate(config.rate_card.models):
         if model.price_per_gpu_hour is None and config.rate_card.price_source == "rate_card":
             said = "no price: GPUs of this model stop the run"
@@ -998,6 +1016,46 @@ def config_warnings(config: Config) -> list[tuple[str, str]]:
                 said = f"no price before {first}: GPUs of this model stop days before it"
             warnings.append((f"rate_card.models[{m}].price_per_gpu_hour", said))
     return warnings
+
+
+_Period = tuple[date | None, date | None]
+
+
+def _tenant_rule_sets(index: int, tenant: Tenant) -> Iterable[tuple[str, _Period, Tenant | DatedRules]]:
+    """A tenant's rules for every day, then each of its dated rule sets, with its place and its days."""
+    yield f"tenants[{index}]", (None, None), tenant
+    for k, rules in enumerate(tenant.dated_rules):
+        yield f"tenants[{index}].dated_rules[{k}]", (rules.effective_from, rules.effective_until), rules
+
+
+def _periods_meet(a: _Period, b: _Period) -> bool:
+    starts = [d for d in (a[0], b[0]) if d is not None]
+    ends = [d for d in (a[1], b[1]) if d is not None]
+    return not starts or not ends or max(starts) < min(ends)
+
+
+def _rule_overlaps(
+    winner: str, place_a: str, a: Tenant | DatedRules, place_b: str, b: Tenant | DatedRules
+) -> Iterable[tuple[str, str]]:
+    """Warnings for the rules of `b` (a later tenant's) that `a` (tenant `winner`'s) can take a holder from."""
+    for x, pa_ in enumerate(a.namespaces):
+        for y, pb in enumerate(b.namespaces):
+            if _globs_overlap(pa_, pb):
+                yield (
+                    f"{place_b}.namespaces[{y}]",
+                    f"{pb!r} overlaps {pa_!r} of tenant {winner!r} ({place_a}.namespaces[{x}]), "
+                    "which wins for the namespaces both match",
+                )
+    for y, vc in enumerate(b.vclusters):
+        if vc in a.vclusters:
+            yield (f"{place_b}.vclusters[{y}]", f"vCluster {vc!r} is also tenant {winner!r}'s, which wins")
+    for y, rule in enumerate(b.pod_labels):
+        for other in a.pod_labels:
+            if rule.metric_label == other.metric_label and _globs_overlap(rule.value, other.value):
+                yield (
+                    f"{place_b}.pod_labels[{y}]",
+                    f"{rule.key}={rule.value} overlaps {other.key}={other.value} of tenant {winner!r}, which wins",
+                )
 
 
 def _globs_overlap(a: str, b: str) -> bool:

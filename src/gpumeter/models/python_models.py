@@ -17,9 +17,13 @@ from gpumeter.models.project import AccountingError
 from gpumeter.models.tenancy import resolve_tenant
 
 
+def _metered_day(con: duckdb.DuckDBPyConnection) -> date:
+    """The day being metered (a variable the runner sets before any model)."""
+    return date.fromisoformat(con.sql("select getvariable('day')").fetchall()[0][0])
+
+
 def _device_classes(con: duckdb.DuckDBPyConnection, config: Config) -> pa.Table:
-    # R8: the prices in effect on the metered day (a variable the runner sets before any model).
-    day = date.fromisoformat(con.sql("select getvariable('day')").fetchall()[0][0])
+    day = _metered_day(con)  # R8: the prices in effect on the metered day
     seen = con.sql(
         "select model_name, mig_profile, min(node) as node from stg_dcgm_series "
         "where seen_in_day group by all order by all"
@@ -98,9 +102,10 @@ def _holder_tenants(con: duckdb.DuckDBPyConnection, config: Config) -> pa.Table:
         "cost_center": [],
         "tenant_rule": [],
     }
+    day = _metered_day(con)  # R7: the tenant rules in effect on the metered day
     for namespace, pod, labels_json, from_ms, until_ms in holders:
         labels = {k: str(v) for k, v in json.loads(labels_json).items()} if labels_json else {}
-        match = resolve_tenant(config, namespace, labels)
+        match = resolve_tenant(config, namespace, labels, day)
         for column, value in zip(
             rows,
             (namespace, pod, from_ms, until_ms, match.tenant, match.cost_center, match.rule),
