@@ -14,7 +14,7 @@ from gpumeter.config import Config
 from gpumeter.models.catalog import CatalogError, resolve_device_class
 from gpumeter.models.money import price_units, weight_units
 from gpumeter.models.project import AccountingError
-from gpumeter.models.tenancy import resolve_tenant
+from gpumeter.models.tenancy import TenantResolver
 
 
 def _metered_day(con: duckdb.DuckDBPyConnection) -> date:
@@ -102,10 +102,10 @@ def _holder_tenants(con: duckdb.DuckDBPyConnection, config: Config) -> pa.Table:
         "cost_center": [],
         "tenant_rule": [],
     }
-    day = _metered_day(con)  # R7: the tenant rules in effect on the metered day
+    tenants = TenantResolver(config, _metered_day(con))  # R7: the rules in effect on the metered day
     for namespace, pod, labels_json, from_ms, until_ms in holders:
         labels = {k: str(v) for k, v in json.loads(labels_json).items()} if labels_json else {}
-        match = resolve_tenant(config, namespace, labels, day)
+        match = tenants.resolve(namespace, labels)
         for column, value in zip(
             rows,
             (namespace, pod, from_ms, until_ms, match.tenant, match.cost_center, match.rule),

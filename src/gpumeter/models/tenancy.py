@@ -38,24 +38,32 @@ def rules_on(tenant: Tenant, day: date) -> RulesOnDay:
     )
 
 
+class TenantResolver:
+    """The config's tenant rules in effect on one UTC day, worked out once for every holder of the day."""
+
+    def __init__(self, config: Config, day: date) -> None:
+        self._tenants = [(tenant, rules_on(tenant, day)) for tenant in config.tenants]
+
+    def resolve(self, namespace: str, pod_labels: Mapping[str, str]) -> TenantMatch:
+        """`pod_labels` are kube_pod_labels' label_<key> labels of the holder pod."""
+        for tenant, rules in self._tenants:  # (1) pod label rules
+            for rule in rules.pod_labels:
+                value = pod_labels.get(rule.metric_label)
+                if value is not None and fnmatch.fnmatchcase(value, rule.value):
+                    return TenantMatch(tenant.name, tenant.cost_center, "pod_label")
+        vcluster = pod_labels.get(VCLUSTER_LABEL)
+        if vcluster:
+            for tenant, rules in self._tenants:  # (2) vCluster
+                if vcluster in rules.vclusters:
+                    return TenantMatch(tenant.name, tenant.cost_center, "vcluster")
+        for tenant, rules in self._tenants:  # (3) namespace names and globs
+            if any(fnmatch.fnmatchcase(namespace, pattern) for pattern in rules.namespaces):
+                return TenantMatch(tenant.name, tenant.cost_center, "namespace")
+        return TenantMatch(UNALLOCATED, None, "none")
+
+
 def resolve_tenant(
     config: Config, namespace: str, pod_labels: Mapping[str, str], day: date | None = None
 ) -> TenantMatch:
-    """`pod_labels` are kube_pod_labels' label_<key> labels of the holder pod; `day` is the metered UTC day
-    (default: today), which decides the dated rules in effect."""
-    day = day or datetime.now(UTC).date()
-    tenants = [(tenant, rules_on(tenant, day)) for tenant in config.tenants]
-    for tenant, rules in tenants:  # (1) pod label rules
-        for rule in rules.pod_labels:
-            value = pod_labels.get(rule.metric_label)
-            if value is not None and fnmatch.fnmatchcase(value, rule.value):
-                return TenantMatch(tenant.name, tenant.cost_center, "pod_label")
-    vcluster = pod_labels.get(VCLUSTER_LABEL)
-    if vcluster:
-        for tenant, rules in tenants:  # (2) vCluster
-            if vcluster in rules.vclusters:
-                return TenantMatch(tenant.name, tenant.cost_center, "vcluster")
-    for tenant, rules in tenants:  # (3) namespace names and globs
-        if any(fnmatch.fnmatchcase(namespace, pattern) for pattern in rules.namespaces):
-            return TenantMatch(tenant.name, tenant.cost_center, "namespace")
-    return TenantMatch(UNALLOCATED, None, "none")
+    """One holder's tenant with the rules in effect on `day`, the metered UTC day (default: today)."""
+    return TenantResolver(config, day or datetime.now(UTC).date()).resolve(namespace, pod_labels)
