@@ -9,8 +9,9 @@ samples into a DuckDB file, as the models are. tests/test_bench_smoke.py checks 
     .venv/bin/python -m bench.streaming_floor sort --work /var/tmp/gb/fleet-10000     # the ingest's share, once
     .venv/bin/python -m bench.streaming_floor pass --work /var/tmp/gb/fleet-10000 --store
 
-`sort` writes <work>/sorted/ (every raw column, sorted) and reports its time: what the writer of the raw zone
-would add. `pass` reads those files and reports wall and CPU seconds, rows and samples. Run `bench.fleet step
+`sort` writes <work>/sorted/ (every raw column, sorted) and reports its time: what sorting the raw zone after it
+is written would cost. `window-keys` times what the Prometheus pull's writer would pay to write each window in
+GPU order instead (the same integer argsort it already does, by another key). `pass` reads those files and reports wall and CPU seconds, rows and samples. Run `bench.fleet step
 sample_floor` alternated with `pass` for (b′) side by side.
 """
 
@@ -346,23 +347,82 @@ def run_pass(work: Path, day: str, threads: int, store: bool) -> dict[str, Any]:
     }
 
 
+def window_keys(work: Path, day: str, window_s: int = 3600) -> dict[str, Any]:
+    """The writer's share, made by construction: per pull window, rows laid out series by series in time order
+    (as the Prometheus pull holds them), one stable int64 argsort by the pull's own key (ts, series rank;
+    gpumeter.ingest.prometheus.answers._sorted_rows) against the same argsort by a GPU-major key (GPU rank,
+    ts, series rank). A pulled series is one (series key, metric); the ranks are made once per series,
+    untimed."""
+    start_ms, end_ms = day_bounds_ms(date.fromisoformat(day))
+    config = load_config(work / "config.yaml")
+    window_start_ms = start_ms - lookback_ms(config, config.clusters[0].name)
+    table = pa.concat_tables(
+        pq.read_table(f, columns=["series_key", "ts_ms", "metric", "uuid"]) for f in _raw_files(work, day)
+    )
+    seconds = {"pull_key_argsort_s": 0.0, "gpu_major_key_argsort_s": 0.0}
+    for w0 in range(window_start_ms, end_ms, window_s * 1000):
+        w1 = min(w0 + window_s * 1000, end_ms)
+        window = table.filter(pc.and_(pc.greater_equal(table["ts_ms"], w0), pc.less(table["ts_ms"], w1)))
+        window = window.sort_by(
+            [("series_key", "ascending"), ("metric", "ascending"), ("ts_ms", "ascending")]
+        )
+        sk = window["series_key"].to_numpy().view(np.int64)
+        ts = window["ts_ms"].to_numpy()
+        metric = _indices(pc.dictionary_encode(window["metric"]))
+        uuid = pc.dictionary_encode(window["uuid"]).combine_chunks()
+        new = np.r_[True, (np.diff(sk) != 0) | (np.diff(metric) != 0)]
+        series = np.cumsum(new) - 1
+        first = np.flatnonzero(new)
+        count = first.size
+        by_name = np.argsort(np.asarray(uuid.dictionary.to_pylist(), dtype=object))
+        gpu_rank_of_code = np.empty_like(by_name)
+        gpu_rank_of_code[by_name] = np.arange(by_name.size)
+        gpu = gpu_rank_of_code[uuid.indices.to_numpy()[first]].astype(np.int64)
+        pull_rank = np.empty(count, np.int64)
+        pull_rank[np.argsort(metric[first], kind="stable")] = np.arange(count)
+        gpu_rank = np.empty(count, np.int64)
+        gpu_rank[np.lexsort((metric[first], sk[first], gpu))] = np.arange(count)
+        low, span = int(ts.min()), int(ts.max()) - int(ts.min()) + 1
+        started = time.perf_counter()
+        np.argsort((ts - low) * count + pull_rank[series], kind="stable")
+        seconds["pull_key_argsort_s"] += time.perf_counter() - started
+        started = time.perf_counter()
+        order = np.argsort((gpu[series] * span + (ts - low)) * count + gpu_rank[series], kind="stable")
+        seconds["gpu_major_key_argsort_s"] += time.perf_counter() - started
+        # The order the pass needs (checked, untimed): by GPU, then time, then series and metric.
+        in_order = gpu[series][order], ts[order], gpu_rank[series][order]
+        steps = [np.diff(column) for column in in_order]
+        if not np.all((steps[0] > 0) | (steps[0] == 0) & ((steps[1] > 0) | (steps[1] == 0) & (steps[2] > 0))):
+            raise AssertionError(f"window at {w0}: the GPU-major key does not give GPU, time, series order")
+    return {
+        "step": "window_keys",
+        "rows": table.num_rows,
+        "window_s": window_s,
+        "gpu_order_checked": True,
+        **seconds,
+    }
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
         prog="python -m bench.streaming_floor", description=__doc__.split("\n\n")[0]
     )
-    parser.add_argument("what", choices=("sort", "pass"))
+    parser.add_argument("what", choices=("sort", "pass", "window-keys"))
     parser.add_argument("--work", type=Path, required=True)
     parser.add_argument("--day", default=FactorySpec().start.isoformat())
     parser.add_argument("--threads", type=int, default=2, help="files passed at once (pass)")
     parser.add_argument(
-        "--store", action="store_true", help="store the day's GPU samples in a DuckDB file (pass)"
+        "--store",
+        action="store_true",
+        help="store the day's GPU and MIG instance samples in a DuckDB file (pass)",
     )
     args = parser.parse_args(argv)
-    result = (
-        sort_files(args.work, args.day)
-        if args.what == "sort"
-        else run_pass(args.work, args.day, args.threads, args.store)
-    )
+    if args.what == "sort":
+        result = sort_files(args.work, args.day)
+    elif args.what == "pass":
+        result = run_pass(args.work, args.day, args.threads, args.store)
+    else:
+        result = window_keys(args.work, args.day)
     json.dump(result, sys.stdout, indent=1)
     print()
 

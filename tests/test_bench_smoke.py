@@ -168,9 +168,10 @@ def test_the_streaming_pass_agrees_with_the_models_it_stands_for(tmp_path: Path)
     ws = fleet.Workspace(tmp_path / "w", gpus=8, days=1)
     fleet.step_generate(ws)
     day = ws.start.isoformat()
-    assert streaming_floor.sort_files(ws.root, day)["rows"] == sum(
-        pq.ParquetFile(f).metadata.num_rows for f in ws.raw_files("raw_dcgm_samples", ws.start)
-    )
+    raw_rows = sum(pq.ParquetFile(f).metadata.num_rows for f in ws.raw_files("raw_dcgm_samples", ws.start))
+    assert streaming_floor.sort_files(ws.root, day)["rows"] == raw_rows
+    # The writer's way to that order: the pull's integer key, by GPU first (the order is checked inside).
+    assert streaming_floor.window_keys(ws.root, day)["rows"] == raw_rows
     got = streaming_floor.run_pass(ws.root, day, threads=2, store=True)
     config = load_config(ws.config_path)
     raw = read_raw_day(Warehouse.of(config.warehouse), fleet.CLUSTER, ws.start)
