@@ -126,19 +126,21 @@ def one_file(
     if not (np.all(d_gpu >= 0) and np.all((d_gpu > 0) | (d_ts >= 0))):
         raise SystemExit(f"{path}: not sorted by GPU and time")
 
-    # Judging (stg_dcgm_judged): rows kept, their clean values.
-    keep = (metric < len(READ)) & (ts >= window_start_ms) & (ts < end_ms) & (gpu >= 0)
+    # Judging (stg_dcgm_judged): rows dropped (outside the day and its lookback, no UUID, MIG labels half
+    # there; any metric), rows kept (a metric read, not dropped), their clean values.
+    dropped = (ts < window_start_ms) | (ts >= end_ms) | (gpu < 0) | (instance != (profile >= 0))
+    keep = (metric < len(READ)) & ~dropped
     first = np.r_[True, (d_gpu != 0) | (d_ts != 0) | d_sk]  # a new (series, time) segment starts
     seg = np.cumsum(first) - 1
+    sane = np.isfinite(value) & (value >= 0)
     # The quarantine's judged rows (dropped, a value ignored or clamped; stg_dcgm_quarantine also lists copies
     # deduplicated and nodes merged, which this pass does not look for): counted.
-    sane = np.isfinite(value) & (value >= 0)
-    quarantined = ~keep & (metric < len(READ)) | keep & ~sane | (instance != (profile >= 0))
+    quarantined_rows = int(dropped.sum()) + int((keep & ~sane).sum())
     seg, metric, value, sane = seg[keep], metric[keep], value[keep], sane[keep]
     row_first = np.flatnonzero(first)  # every segment's first raw row
     clean = np.where(sane, value, np.nan)
     over = clean > LIMIT_BY_CODE[metric]
-    quarantined_rows = int(quarantined.sum()) + int(over.sum())
+    quarantined_rows += int(over.sum())
     if over.any():
         clean[over] = CLAMP_BY_CODE[metric[over]]
 
