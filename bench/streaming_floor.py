@@ -354,7 +354,7 @@ def window_keys(work: Path, day: str, window_s: int = 3600) -> dict[str, Any]:
     (as the Prometheus pull holds them), one stable int64 argsort by the pull's own key (ts, series rank;
     gpumeter.ingest.prometheus.answers._sorted_rows) against the same argsort by a GPU-major key (GPU rank,
     ts, series rank). A pulled series is one (series key, metric); the ranks are made once per series,
-    untimed."""
+    untimed. It holds the whole day in memory: run it at 1,000 GPUs, not 10,000."""
     start_ms, end_ms = day_bounds_ms(date.fromisoformat(day))
     config = load_config(work / "config.yaml")
     window_start_ms = start_ms - lookback_ms(config, config.clusters[0].name)
