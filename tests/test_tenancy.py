@@ -248,3 +248,65 @@ def test_dated_rules_apply_on_their_utc_days_only_from_inclusive_until_exclusive
     # Without a day, the rules in effect today (UTC).
     today = datetime.now(UTC).date()
     assert resolve_tenant(config, "llm", {}).tenant == ("b" if today >= date(2026, 12, 15) else "a")
+
+
+DAYS = st.sampled_from([date(2026, 12, d) for d in (1, 10, 14, 15, 16, 31)])
+DATED = st.fixed_dictionaries(
+    {
+        "effective_from": st.one_of(st.none(), DAYS),
+        "effective_until": st.one_of(st.none(), DAYS),
+        "namespaces": st.lists(PATTERNS, min_size=1, max_size=2),
+        "vclusters": st.lists(VALUES, max_size=1),
+        "pod_labels": st.lists(
+            st.fixed_dictionaries({"key": KEYS, "value": st.sampled_from(["research", "ml-*", "*"])}),
+            max_size=1,
+        ),
+    }
+).filter(
+    lambda d: (
+        (d["effective_from"] or d["effective_until"])
+        and not (d["effective_from"] and d["effective_until"] and d["effective_until"] <= d["effective_from"])
+    )
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    tenants=st.lists(st.tuples(TENANT, st.lists(DATED, max_size=2)), max_size=4),
+    day=DAYS,
+    namespace=NAMES,
+    labels=st.dictionaries(POD_LABEL_KEYS, VALUES, max_size=3),
+)
+def test_dated_rules_on_a_day_resolve_as_the_rules_in_effect_written_without_dates(
+    tenants: list[tuple[dict[str, Any], list[dict[str, Any]]]],
+    day: date,
+    namespace: str,
+    labels: dict[str, str],
+) -> None:
+    """R7: on any day, a config with dated rules resolves every holder as the config does whose tenants carry,
+    undated, their own rules and those of their dated sets in effect that day (from inclusive, until
+    exclusive; worked out here by comparing dates)."""
+    dated_config = make(
+        [{"name": f"t{i}", **own, "dated_rules": dated} for i, (own, dated) in enumerate(tenants)]
+    )
+    flat = []
+    for i, (own, dated) in enumerate(tenants):
+        on_day = [
+            d
+            for d in dated
+            if (d["effective_from"] is None or d["effective_from"] <= day)
+            and (d["effective_until"] is None or day < d["effective_until"])
+        ]
+        flat.append(
+            {
+                "name": f"t{i}",
+                "cost_center": own["cost_center"],
+                **{
+                    kind: own[kind] + [r for d in on_day for r in d[kind]]
+                    for kind in ("namespaces", "vclusters", "pod_labels")
+                },
+            }
+        )
+    assert resolve_tenant(dated_config, namespace, labels, day) == resolve_tenant(
+        make(flat), namespace, labels, day
+    )
