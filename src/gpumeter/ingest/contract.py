@@ -39,6 +39,11 @@ def day_bounds_ms(day: date) -> tuple[int, int]:
     return int(start.timestamp() * 1000), int((start + timedelta(days=1)).timestamp() * 1000)
 
 
+def utc_today() -> date:
+    """Today as a UTC day, the day a price or a tenant rule is looked up for when no metered day is given."""
+    return datetime.now(UTC).date()
+
+
 def lookback_ms(config: Config, cluster: str) -> int:
     """How far before the day a cluster's raw inputs must reach: the last counter and pod/node state
     samples."""

@@ -7,9 +7,10 @@ import fnmatch
 import re
 import warnings
 from dataclasses import dataclass
-from datetime import UTC, date, datetime
+from datetime import date
 
 from gpumeter.config import Config, GpuModelPrice, MigFamily
+from gpumeter.ingest.contract import utc_today
 
 # Built-in MIG catalog (docs/telemetry.md): profile -> (compute slices of 7, memory slices of 8).
 _A100_40 = {
@@ -147,7 +148,7 @@ def resolve_device_class(
     """The device class of a model (and MIG profile) at the rate card's prices in effect on `day` (a UTC day;
     today's without one): R3's weight, R8's prices."""
     rate = match_model(config, model_name)
-    day = day or datetime.now(UTC).date()
+    day = day or utc_today()
     rate_price, rate_profiles = rate.prices_on(day) if rate else (None, {})
     gpu_model = rate.model if rate else model_name
     opencost = config.rate_card.price_source == "opencost"

@@ -6,9 +6,10 @@ from __future__ import annotations
 import fnmatch
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import UTC, date, datetime
+from datetime import date
 
 from gpumeter.config import UNALLOCATED, Config, PodLabelRule, Tenant
+from gpumeter.ingest.contract import utc_today
 
 VCLUSTER_LABEL = "label_vcluster_loft_sh_managed_by"  # vcluster.loft.sh/managed-by, sanitized by ksm
 
@@ -66,4 +67,4 @@ def resolve_tenant(
     config: Config, namespace: str, pod_labels: Mapping[str, str], day: date | None = None
 ) -> TenantMatch:
     """One holder's tenant with the rules in effect on `day`, the metered UTC day (default: today)."""
-    return TenantResolver(config, day or datetime.now(UTC).date()).resolve(namespace, pod_labels)
+    return TenantResolver(config, day or utc_today()).resolve(namespace, pod_labels)
