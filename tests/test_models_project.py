@@ -232,6 +232,39 @@ def test_the_varied_day_reaches_the_models_it_is_meant_to(metered: dict[str, pa.
         assert metered[name].num_rows > 0, name
 
 
+def test_a_selected_model_is_run_with_what_it_reads_and_nothing_else(metered: dict[str, pa.Table]) -> None:
+    """meter_day(select=...), as dbt's `--select +model`: the model and its inputs run, nothing downstream of
+    them, and the model's rows are those of the full run."""
+    ran: list[str] = []
+    config = make_config(
+        tenants=[{"name": "team-a", "namespaces": ["ns-a"], "kueue_cluster_queues": ["cq-a"]}]
+    )
+    got = meter_day(
+        varied_day().build(),
+        config,
+        "c1",
+        DAY,
+        select=("int_node_unschedulable_spans",),
+        on_model=lambda model: ran.append(model.name),
+    )
+    assert list(got) == ["int_node_unschedulable_spans"]
+    by = [("node", "ascending"), ("from_ms", "ascending")]
+    assert (
+        got["int_node_unschedulable_spans"]
+        .sort_by(by)
+        .equals(metered["int_node_unschedulable_spans"].sort_by(by))
+    )
+    assert "stg_kube_node_states" in ran  # what it reads
+    assert not any(name.startswith(("mart_", "stg_dcgm")) for name in ran), (
+        ran
+    )  # neither readers nor strangers
+
+
+def test_selecting_a_model_that_does_not_exist_names_it() -> None:
+    with pytest.raises(ProjectError, match="no model named int_gpu_sample:"):
+        meter_day(varied_day().build(), make_config(), "c1", DAY, select=("int_gpu_sample",))
+
+
 def test_the_declared_grain_identifies_each_row(metered: dict[str, pa.Table]) -> None:
     for model in load_models():
         if model.ephemeral or not model.grain:

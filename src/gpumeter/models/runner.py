@@ -82,9 +82,11 @@ def meter_day(
     temp_directory: Path | None = None,
     profile_dir: Path | None = None,
     through_ms: int | None = None,
+    select: Collection[str] = (),
 ) -> dict[str, pa.Table]:
     """Run every model for one cluster and day. Returns {model name: table} for the models of
-    `keep_layers`; the others are computed inside DuckDB and never copied out (they can be 100 M rows
+    `keep_layers` (or, with `select`, for those models only, and only they and what they read are run, as
+    dbt's `--select +model`); the others are computed inside DuckDB and never copied out (they can be 100 M rows
     at fleet scale). With `temp_directory`, the models are tables of a DuckDB database file there (removed by
     the caller with the directory), else of an in-memory one; DuckDB spills there past
     `warehouse.memory_limit`. With `profile_dir`, each SQL model's DuckDB query profile (EXPLAIN ANALYZE, as
@@ -103,7 +105,7 @@ def meter_day(
         con = duckdb.connect(str(database))
     else:
         con = duckdb.connect()
-    models = _needed(load_models(), keep_layers)
+    models = _needed(load_models(), keep_layers, select)
     last_use = _last_use(models)
     views = {m.name for m in models if m.ephemeral}
     try:
@@ -151,7 +153,8 @@ def meter_day(
                 # Marts are read by people and diffed by finance: a stable row order makes a re-run's
                 # files identical to the byte (R15). Larger intermediate tables keep the engine's order.
                 order = " order by all" if model.layer == "marts" else ""
-                if model.layer in keep_layers and not model.ephemeral:
+                kept = model.name in select if select else model.layer in keep_layers
+                if kept and not model.ephemeral:
                     results[model.name] = con.sql(f"select * from {model.name}{order}").to_arrow_table()
                 # A model nothing later reads is dropped: memory goes to the queries still to run.
                 for done in last_use.get(model.name, ()):
@@ -163,12 +166,20 @@ def meter_day(
         con.close()
 
 
-def _needed(models: Sequence[Model], keep_layers: Collection[str]) -> list[Model]:
-    """The models the run must build, in order: those it keeps and everything they and their assertions read.
-    A model nothing kept reads (a per-sample table with names, for audits) is skipped when its layer is not
-    kept."""
+def _needed(
+    models: Sequence[Model], keep_layers: Collection[str], select: Collection[str] = ()
+) -> list[Model]:
+    """The models the run must build, in order: those it keeps (`select`, else the models of `keep_layers`)
+    and everything they and their assertions read. A model nothing kept reads (a per-sample table with names,
+    for audits) is skipped when its layer is not kept."""
     by_name = {m.name: m for m in models}
-    pending = [m.name for m in models if m.layer in keep_layers and not m.ephemeral]
+    unknown = sorted(set(select) - set(by_name))
+    if unknown:
+        raise ProjectError(
+            f"no model named {', '.join(unknown)}: the models are the .sql files under gpumeter/models/sql and the "
+            "Python models their schema.yml files declare"
+        )
+    pending = list(select) or [m.name for m in models if m.layer in keep_layers and not m.ephemeral]
     needed: set[str] = set()
     while pending:
         name = pending.pop()
