@@ -1,18 +1,26 @@
 """The floor of the one-pass design that bench/README.md names for (a)/(b′) ≤ 4: a day's DCGM rows written sorted
 by GPU, time, series and metric at ingest, and the day's per-sample models computed by one pass over each file's
-sorted columns (segment reductions in NumPy: no hash table). A measurement, not the meter: it computes what
+sorted columns (segment reductions in NumPy: no hash table). A measurement, not the meter. It computes what
 `stg_dcgm_samples` (the pivot, values judged), `stg_dcgm_series`, `int_gpu_samples` (the per-GPU grouping, mode
-runs, energy steps, holders) and `int_mig_instance_samples` compute, and counts the judged rows of the quarantine;
-it prices nothing, merges no UUID seen in two files, and with `--store` writes the day's GPU and MIG instance
-samples into a DuckDB file, as the models are. tests/test_bench_smoke.py checks it against those models.
+runs, energy steps, holders, prices, unschedulable nodes) and `int_mig_instance_samples` (weights, prices)
+compute, and what the models left in SQL would read from the series samples it does not store: the series holders
+of shared device samples, vgpu copies that disagree, and readings written twice. It counts the judged rows of
+the quarantine, GPU samples reported by two nodes and GPUs whose rows are in two files (not merged). With
+`--store` it writes the day's GPU and MIG instance samples and the shared samples' holders into a DuckDB file,
+as the models are. `check` runs it and the models over one workspace's day and compares their counts and sums;
+tests/test_bench_smoke.py does so in CI.
 
     .venv/bin/python -m bench.streaming_floor sort --work /var/tmp/gb/fleet-10000     # the ingest's share, once
+    .venv/bin/python -m bench.streaming_floor inputs --work /var/tmp/gb/fleet-10000   # classes and spans, once
     .venv/bin/python -m bench.streaming_floor pass --work /var/tmp/gb/fleet-10000 --store
+    .venv/bin/python -m bench.streaming_floor check --work /var/tmp/gb/fleet-1000
 
 `sort` writes <work>/sorted/ (every raw column, sorted) and reports its time: what sorting the raw zone after it
-is written would cost. `window-keys` times what the Prometheus pull's writer would pay to write each window in
-GPU order instead (the same integer argsort it already does, by another key). `pass` reads those files and reports wall and CPU seconds, rows and samples. Run `bench.fleet step
-sample_floor` alternated with `pass` for (b′) side by side.
+is written would cost. `inputs` runs the models the pass reads (device classes, OpenCost price spans,
+unschedulable spans: they run before it in (a)) and writes them to <work>/floor-inputs/, untimed.
+`window-keys` times what the Prometheus pull's writer would pay to write each window in GPU order instead (the
+same integer argsort it already does, by another key). `pass` reads the sorted files and reports wall and CPU
+seconds, rows and samples. Run `bench.fleet step sample_floor` alternated with `pass` for (b′) side by side.
 """
 
 from __future__ import annotations
@@ -23,6 +31,7 @@ import resource
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from datetime import date
 from pathlib import Path
 from typing import Any
@@ -43,6 +52,9 @@ from gpumeter.ingest.schema import (
     DCGM_POWER,
     DCGM_XID,
 )
+from gpumeter.models.partition import read_raw_day
+from gpumeter.models.runner import meter_day
+from gpumeter.storage.warehouse import Warehouse
 from gpumeter_sim import FactorySpec
 
 # The metrics read, in name order (the sorted files' order within a sample): a value above its limit is
@@ -59,8 +71,23 @@ READ = tuple(sorted(LIMITS))
 LIMIT_BY_CODE = np.array([LIMITS[m][0] for m in READ] + [np.inf])
 CLAMP_BY_CODE = np.array([LIMITS[m][1] for m in READ] + [np.nan])
 OBSERVES_CODES = [READ.index(m) for m in (DCGM_GR_ENGINE_ACTIVE, DCGM_GPU_UTIL, DCGM_FB_USED, DCGM_ENERGY)]
-COLUMNS = ["series_key", "ts_ms", "metric", "value", "uuid", "gpu_i_id", "gpu_i_profile", "hostname", "pod"]
-DICTIONARIES = ["metric", "uuid", "gpu_i_id", "gpu_i_profile", "hostname", "pod"]
+COLUMNS = [
+    "series_key",
+    "ts_ms",
+    "metric",
+    "value",
+    "uuid",
+    "gpu_i_id",
+    "gpu_i_profile",
+    "hostname",
+    "pod",
+    "model_name",
+    "vgpu",
+]
+DICTIONARIES = ["metric", "uuid", "gpu_i_id", "gpu_i_profile", "hostname", "pod", "model_name", "vgpu"]
+# The models the pass reads its prices, weights and node spans from: they run before it, as in (a).
+INPUT_MODELS = ("int_device_classes", "int_node_gpu_price_spans", "int_node_unschedulable_spans")
+BIG = np.iinfo(np.int32).max
 
 
 def _raw_files(work: Path, day: str) -> list[Path]:
@@ -85,12 +112,128 @@ def sort_files(work: Path, day: str) -> dict[str, Any]:
     return {"step": "sort", "wall_s": time.perf_counter() - started, "rows": rows}
 
 
+def write_inputs(work: Path, tables: dict[str, pa.Table]) -> None:
+    """The input models' tables (INPUT_MODELS) as <work>/floor-inputs/<model>.parquet."""
+    out = work / "floor-inputs"
+    out.mkdir(exist_ok=True)
+    for name in INPUT_MODELS:
+        pq.write_table(tables[name], out / f"{name}.parquet")
+
+
+def compute_inputs(work: Path, day: str) -> dict[str, Any]:
+    """Run the input models alone (and what they read) over the day, untimed, and write them for the pass."""
+    config = load_config(work / "config.yaml")
+    warehouse = Warehouse.of(config.warehouse)
+    cluster = config.clusters[0].name
+    metered = date.fromisoformat(day)
+    tables = meter_day(
+        read_raw_day(warehouse, cluster, metered),
+        config,
+        cluster,
+        metered,
+        select=INPUT_MODELS,
+        temp_directory=warehouse.scratch_dir("streaming-floor"),
+    )
+    write_inputs(work, tables)
+    return {"step": "inputs", **{name: tables[name].num_rows for name in INPUT_MODELS}}
+
+
+def _spans_by_node(table: pa.Table, value: str | None) -> dict[str, tuple[np.ndarray, ...]]:
+    """{node: (from_ms, until_ms[, value])}, each node's spans by start (disjoint per node)."""
+    spans: dict[str, list[tuple[int, int, float]]] = {}
+    for row in table.to_pylist():
+        spans.setdefault(row["node"], []).append(
+            (row["from_ms"], row["until_ms"], row[value] if value else 0.0)
+        )
+    out: dict[str, tuple[np.ndarray, ...]] = {}
+    for node, rows in spans.items():
+        rows.sort()
+        out[node] = (
+            np.array([r[0] for r in rows], np.int64),
+            np.array([r[1] for r in rows], np.int64),
+            np.array([r[2] for r in rows], np.float64),
+        )
+    return out
+
+
+@dataclass(frozen=True)
+class DayInputs:
+    """What the pass reads from the models that run before it: each device class's weight and prices (the rate
+    card's, exact: int_device_classes) and each node's OpenCost price spans and unschedulable spans."""
+
+    classes: dict[tuple[str, str | None], tuple[float, int | None, int | None]]
+    price_spans: dict[str, tuple[np.ndarray, ...]]
+    unschedulable: dict[str, tuple[np.ndarray, ...]]
+
+    @classmethod
+    def load(cls, work: Path) -> DayInputs:
+        read = {name: pq.read_table(work / "floor-inputs" / f"{name}.parquet") for name in INPUT_MODELS}
+        classes = {
+            (r["model_name"], r["mig_profile"]): (r["weight"], r["gpu_price_units"], r["device_price_units"])
+            for r in read["int_device_classes"].to_pylist()
+        }
+        return cls(
+            classes,
+            _spans_by_node(read["int_node_gpu_price_spans"], "gpu_price_per_hour"),
+            _spans_by_node(read["int_node_unschedulable_spans"], None),
+        )
+
+
+def _in_spans(
+    spans: dict[str, tuple[np.ndarray, ...]], node_names: list[str], node: np.ndarray, ts: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """For each (node code, ts), whether a span of the node holds ts, and that span's value (nan: none). One
+    searchsorted over every node's spans at once: (node code, start) as one int64 key."""
+    starts, ends, values, codes = [], [], [], []
+    for code, name in enumerate(node_names):
+        if name in spans:
+            f, u, v = spans[name]
+            starts.append(f), ends.append(u), values.append(v), codes.append(np.full(f.size, code, np.int64))
+    held = np.zeros(ts.size, dtype=bool)
+    value = np.full(ts.size, np.nan)
+    if not starts:
+        return held, value
+    shift = np.int64(1) << np.int64(42)  # epoch ms stay below 2^42 until the year 2109
+    span_key = np.concatenate(codes) * shift + np.concatenate(starts)
+    order = np.argsort(span_key, kind="stable")
+    span_key, until = span_key[order], np.concatenate(ends)[order]
+    span_value, span_node = np.concatenate(values)[order], np.concatenate(codes)[order]
+    at = np.searchsorted(span_key, node.astype(np.int64) * shift + ts, side="right") - 1
+    found = at >= 0
+    at = np.maximum(at, 0)
+    held = found & (span_node[at] == node) & (ts < until[at])
+    value = np.where(held, span_value[at], np.nan)
+    return held, value
+
+
 def _codes(column: pa.ChunkedArray, names: tuple[str, ...]) -> np.ndarray:
     """Each row's index in `names` (len(names) where it is none of them)."""
     array = column.combine_chunks()
     dictionary = array.dictionary.to_pylist()
     lookup = np.array([names.index(n) if n in names else len(names) for n in dictionary], dtype=np.int8)
     return lookup[array.indices.to_numpy()]
+
+
+def _coded(column: pa.ChunkedArray) -> tuple[np.ndarray, list[str]]:
+    """Dictionary indices (-1 for null) and the dictionary's strings."""
+    array = column.combine_chunks()
+    return array.indices.fill_null(-1).to_numpy().astype(np.int32), array.dictionary.to_pylist()
+
+
+def _by_name(names: list[str]) -> tuple[np.ndarray, np.ndarray]:
+    """(rank of each code by name, code of each rank): a least key by name is a least rank (stg_dcgm_series
+    ranks its keys in name order)."""
+    code_of_rank = np.argsort(np.asarray(names, dtype=object)).astype(np.int32)
+    rank_of_code = np.empty_like(code_of_rank)
+    rank_of_code[code_of_rank] = np.arange(code_of_rank.size, dtype=np.int32)
+    return rank_of_code, code_of_rank
+
+
+def _ranked(rank_of_code: np.ndarray, codes: np.ndarray, where: np.ndarray, none: int) -> np.ndarray:
+    """Each code's rank where `where` and the code is not null, else `none` (for a min or max to skip)."""
+    if rank_of_code.size == 0:
+        return np.full(codes.size, none, np.int32)
+    return np.where(where & (codes >= 0), rank_of_code[np.maximum(codes, 0)], none).astype(np.int32)
 
 
 def _indices(column: pa.ChunkedArray) -> np.ndarray:
@@ -106,19 +249,24 @@ def _ffill_index(valid: np.ndarray) -> np.ndarray:
 
 
 def one_file(
-    path: Path, start_ms: int, end_ms: int, window_start_ms: int, scrape_ms: int
-) -> tuple[dict[str, int], pa.Table, pa.Table]:
+    path: Path, start_ms: int, end_ms: int, window_start_ms: int, scrape_ms: int, inputs: DayInputs
+) -> tuple[dict[str, int], dict[str, pa.Table], frozenset[str]]:
     table = pq.read_table(path, columns=COLUMNS, read_dictionary=DICTIONARIES)
     sk = table["series_key"].to_numpy()
     ts = table["ts_ms"].to_numpy()
     metric = _codes(table["metric"], READ)
     value = table["value"].to_numpy(zero_copy_only=False)
-    gpu = _indices(table["uuid"])
+    gpu, gpu_names = _coded(table["uuid"])
     instance_id = _indices(table["gpu_i_id"])
     instance = instance_id >= 0
-    profile = _indices(table["gpu_i_profile"])
-    node = _indices(table["hostname"])
+    profile, profile_names = _coded(table["gpu_i_profile"])
+    node, node_names = _coded(table["hostname"])
+    model, model_names = _coded(table["model_name"])
     pod = _indices(table["pod"])
+    vgpu = _indices(table["vgpu"]) >= 0
+    node_rank, node_of_rank = _by_name(node_names)
+    model_rank, model_of_rank = _by_name(model_names)
+    profile_rank, profile_of_rank = _by_name(profile_names)
 
     # The order the pass relies on, checked, not assumed (a raw zone not written by the sorting writer).
     d_gpu, d_ts, d_sk = np.diff(gpu), np.diff(ts), np.diff(sk.view(np.int64)) != 0
@@ -165,11 +313,13 @@ def one_file(
         for m in (DCGM_GR_ENGINE_ACTIVE, DCGM_GPU_UTIL, DCGM_FB_USED, DCGM_ENERGY, DCGM_XID)
     )
     s_gpu, s_ts, s_inst = gpu[row_first], ts[row_first], instance[row_first]
-    s_node, s_pod, s_iid, s_profile = (
+    s_node, s_pod, s_iid, s_profile, s_model, s_vgpu = (
         node[row_first],
         pod[row_first],
         instance_id[row_first],
         profile[row_first],
+        model[row_first],
+        vgpu[row_first],
     )
     # The day's series (stg_dcgm_series): each key once, with the labels of its first sample.
     _keys, series_first = np.unique(sk[row_first], return_index=True)
@@ -186,8 +336,18 @@ def one_file(
         | (observed.astype(np.uint8) << 3)
     )
     g_flags = np.bitwise_or.reduceat(flags, g_first)
-    big = np.iinfo(np.int32).max
-    g_node = np.minimum.reduceat(np.where(observed, s_node, big), g_first)
+    big = BIG
+    # The first node and model by name of the sample's observed series (min(node_key), min(model_key)).
+    g_node_rank = np.minimum.reduceat(_ranked(node_rank, s_node, observed, BIG), g_first)
+    g_node_last = np.maximum.reduceat(_ranked(node_rank, s_node, observed, -1), g_first)
+    g_model_rank = np.minimum.reduceat(_ranked(model_rank, s_model, observed, BIG), g_first)
+    g_node = np.where(
+        g_node_rank < BIG, node_of_rank[np.minimum(g_node_rank, max(len(node_names) - 1, 0))], -1
+    )
+    g_model = np.where(
+        g_model_rank < BIG, model_of_rank[np.minimum(g_model_rank, max(len(model_names) - 1, 0))], -1
+    )
+    g_several_nodes = (g_node_last >= 0) & (g_node_last > g_node_rank)
     g_first_holder = np.minimum.reduceat(np.where(observed & (s_pod >= 0), s_pod, big), g_first)
     g_last_holder = np.maximum.reduceat(np.where(observed, s_pod, -1), g_first)
     g_energy = np.fmax.reduceat(np.where(whole, energy, np.nan), g_first)
@@ -201,7 +361,8 @@ def one_file(
 
     # Observed GPU samples, and the windows over each GPU's time (energy steps, mode runs).
     o = (g_flags & 8) != 0
-    g_gpu, g_ts, g_flags, g_energy = g_gpu[o], g_ts[o], g_flags[o], g_energy[o]
+    several_nodes = int((o & g_several_nodes).sum())
+    g_gpu, g_ts, g_flags, g_energy, g_model = g_gpu[o], g_ts[o], g_flags[o], g_energy[o], g_model[o]
     g_node, g_first_holder, g_last_holder, g_fb, g_gr, g_util = (
         g_node[o],
         g_first_holder[o],
@@ -229,15 +390,41 @@ def one_file(
     busy = np.clip(np.where(np.isnan(g_gr), g_util / 100.0, g_gr), 0.0, 1.0)
     holder = np.where(g_first_holder == g_last_holder, g_first_holder, -1)
     repeats = (prev_ts >= 0) & (g_ts - prev_ts <= scrape_ms // 2)
+    # Prices (int_gpu_samples' `priced`): the class of the GPU's model (the rate card's, exact), else the
+    # node's OpenCost price span at the sample; and whether the node is unschedulable then. A sample of no
+    # known model has no class, and the inner join leaves it out.
+    class_gpu = np.full(len(model_names) + 1, np.nan)
+    class_device = np.full(len(model_names) + 1, np.nan)
+    known = np.zeros(len(model_names) + 1, dtype=bool)
+    for code, name in enumerate(model_names):
+        if (name, None) in inputs.classes:
+            _weight, gpu_units, device_units = inputs.classes[(name, None)]
+            known[code] = True
+            class_gpu[code] = np.nan if gpu_units is None else gpu_units
+            class_device[code] = np.nan if device_units is None else device_units
+    _, span_price = _in_spans(inputs.price_spans, node_names, g_node, g_ts)
+    gpu_units = np.where(np.isnan(class_gpu[g_model]), np.round(span_price * 1e8), class_gpu[g_model])
+    price_units = np.where(np.isnan(class_device[g_model]), gpu_units, class_device[g_model])
+    unschedulable, _ = _in_spans(inputs.unschedulable, node_names, g_node, g_ts)
+    priced = known[g_model] & (g_model >= 0)
 
     # The MIG instances' samples (int_mig_instance_samples): an instance's series at a GPU sample where the GPU
     # is MIG-partitioned; copies of one instance (vgpu) are one sample.
     gpu_samples_all = g_first.size
     kept_at = np.flatnonzero(o)
-    mig_all = np.zeros(gpu_samples_all, dtype=bool)
-    mig_all[kept_at] = is_mig & in_day
-    step_all = np.zeros(gpu_samples_all, dtype=np.int64)
-    step_all[kept_at] = np.round(energy_step).astype(np.int64)
+
+    def over_all(values: np.ndarray, fill: Any) -> np.ndarray:
+        """A per-observed-GPU-sample column, indexed by every GPU sample (observed or not)."""
+        out = np.full(gpu_samples_all, fill, dtype=values.dtype)
+        out[kept_at] = values
+        return out
+
+    mig_all = over_all(is_mig & in_day & priced, False)
+    step_all = over_all(energy_step, 0.0)
+    gpu_units_all = over_all(gpu_units, np.nan)
+    unschedulable_all = over_all(unschedulable, False)
+    unhealthy_all = over_all((g_flags & 1) != 0, False)
+    fb_all = over_all(g_fb, np.nan)
     at = np.flatnonzero(s_inst & observed & mig_all[seg_gpu_sample])
     key = seg_gpu_sample[at].astype(np.int64) * 4096 + s_iid[at]
     if at.size and not np.all(key[1:] >= key[:-1]):
@@ -247,49 +434,114 @@ def one_file(
     i_rows = at[i_first]
     if at.size:
         i_gr, i_util, i_fb = (np.fmax.reduceat(column[at], i_first) for column in (gr, util, fb))
-        i_low, i_high = np.minimum.reduceat(s_pod[at], i_first), np.maximum.reduceat(s_pod[at], i_first)
+        i_low = np.minimum.reduceat(np.where(s_pod[at] >= 0, s_pod[at], BIG), i_first)
+        i_high = np.maximum.reduceat(s_pod[at], i_first)
+        i_model = np.minimum.reduceat(_ranked(model_rank, s_model[at], np.ones(at.size, bool), BIG), i_first)
+        i_profile = np.minimum.reduceat(
+            _ranked(profile_rank, s_profile[at], np.ones(at.size, bool), BIG), i_first
+        )
     else:
         i_gr = i_util = i_fb = np.zeros(0)
-        i_low = i_high = np.zeros(0, dtype=np.int32)
+        i_low = i_high = i_model = i_profile = np.zeros(0, dtype=np.int32)
+    # The instance's class (model, profile): its weight, and its own price or its GPU's.
+    i_weight = np.full(i_rows.size, np.nan)
+    i_device_units = np.full(i_rows.size, np.nan)
+    pairs = i_model.astype(np.int64) * (len(profile_names) + 1) + i_profile
+    for pair in np.unique(pairs):
+        m, pr = divmod(int(pair), len(profile_names) + 1)
+        if m >= len(model_names) or pr >= len(profile_names):
+            continue
+        found = inputs.classes.get((model_names[model_of_rank[m]], profile_names[profile_of_rank[pr]]))
+        if found is not None:
+            here = pairs == pair
+            i_weight[here] = found[0]
+            i_device_units[here] = np.nan if found[2] is None else found[2]
+    i_classed = ~np.isnan(i_weight)
+    i_gpu_sample = seg_gpu_sample[i_rows]
     instance_rows = pa.table(
         {
             "gpu": s_gpu[i_rows],
             "instance": s_iid[i_rows],
             "ts_ms": s_ts[i_rows],
             "profile": s_profile[i_rows],
+            "weight": i_weight,
+            "price_units": np.where(np.isnan(i_device_units), gpu_units_all[i_gpu_sample], i_device_units),
             "busy": np.clip(np.where(np.isnan(i_gr), i_util / 100.0, i_gr), 0.0, 1.0),
-            "fb_used_mib": i_fb,
-            "energy_mj": step_all[seg_gpu_sample[i_rows]],
+            "fb_used_mib": np.where(np.isnan(i_fb), fb_all[i_gpu_sample] * i_weight, i_fb),
+            "unhealthy": unhealthy_all[i_gpu_sample],
+            "energy_joules": step_all[i_gpu_sample] / 1000.0 * i_weight,
+            "energy_mj": np.round(step_all[i_gpu_sample]).astype(np.int64),
+            "unschedulable": unschedulable_all[i_gpu_sample],
             "holder": np.where(i_low == i_high, i_low, -1),
         }
-    )
+    ).filter(pa.array(i_classed))
 
-    # The GPU samples of the day as int_gpu_samples holds them (less the price columns), for the store.
+    # What the models left in SQL read from the series samples, which the pass does not store: the series
+    # holders of shared device samples (int_keyed_device_holders), device samples whose vgpu copies disagree
+    # (int_vgpu_copy_conflicts), and the count of rows that copy a reading (stg_dcgm_quarantine).
+    shared_gpu = over_all(
+        in_day & priced & ~is_mig & (g_first_holder < BIG) & (g_first_holder != g_last_holder), False
+    )
+    holder_rows = np.flatnonzero(observed & ~s_inst & (s_pod >= 0) & shared_gpu[seg_gpu_sample])
+    i_shared = np.flatnonzero((i_low < BIG) & (i_low != i_high) & i_classed)
+    instance_of_row = np.repeat(np.arange(i_first.size), np.diff(np.r_[i_first, at.size])) if at.size else at
+    shared_instance_rows = at[np.isin(instance_of_row, i_shared) & (s_pod[at] >= 0)] if at.size else at
+    holder_pairs = np.unique(
+        np.r_[
+            seg_gpu_sample[holder_rows].astype(np.int64) * 2**32 * 4096 + s_pod[holder_rows],
+            (seg_gpu_sample[shared_instance_rows].astype(np.int64) * 4096 + 1 + s_iid[shared_instance_rows])
+            * 2**32
+            + s_pod[shared_instance_rows],
+        ]
+    )
+    copies = np.flatnonzero(s_vgpu & (s_ts >= start_ms) & (s_ts < end_ms))
+    conflicts = 0
+    if copies.size:
+        device = seg_gpu_sample[copies].astype(np.int64) * 4096 + 1 + s_iid[copies]
+        order = np.argsort(device, kind="stable")
+        copies, device = copies[order], device[order]
+        d_first = np.flatnonzero(np.r_[True, device[1:] != device[:-1]])
+        disagree = np.zeros(d_first.size, dtype=bool)
+        for column in (gr, util):
+            disagree |= np.fmin.reduceat(column[copies], d_first) < np.fmax.reduceat(column[copies], d_first)
+        conflicts = int(disagree.sum())
+
+    # The GPU samples of the day as int_gpu_samples holds them, for the store.
+    stored = in_day & priced
     day_rows = pa.table(
         {
-            "gpu": g_gpu[in_day],
-            "ts_ms": g_ts[in_day],
-            "node": g_node[in_day],
-            "is_mig": is_mig[in_day],
-            "unhealthy": (g_flags[in_day] & 1) != 0,
-            "energy_mj": np.round(energy_step[in_day]).astype(np.int64),
-            "busy": busy[in_day],
-            "fb_used_mib": g_fb[in_day],
-            "holder": holder[in_day],
-            "repeats_scrape": repeats[in_day],
+            "gpu": g_gpu[stored],
+            "ts_ms": g_ts[stored],
+            "node": g_node[stored],
+            "is_mig": is_mig[stored],
+            "unhealthy": (g_flags[stored] & 1) != 0,
+            "gpu_price_units": gpu_units[stored],
+            "price_units": price_units[stored],
+            "energy_mj": np.round(energy_step[stored]).astype(np.int64),
+            "busy": busy[stored],
+            "fb_used_mib": g_fb[stored],
+            "unschedulable": unschedulable[stored],
+            "holder": holder[stored],
+            "repeats_scrape": repeats[stored],
         }
     )
     counts = {
         "raw_rows": int(ts.size),
         "series_samples": int(in_pivot.sum()),
         "series_samples_with_copies": int(has_copies.sum()),
-        "gpu_samples_in_day": int(in_day.sum()),
-        "mig_gpu_samples_in_day": int((is_mig & in_day).sum()),
-        "held_gpu_samples_in_day": int(((holder >= 0) & in_day).sum()),
+        "copied_reading_rows": int(twice.size),
+        "gpu_samples_in_day": int(stored.sum()),
+        "mig_gpu_samples_in_day": int((is_mig & stored).sum()),
+        "held_gpu_samples_in_day": int(((holder >= 0) & stored).sum()),
         "repeated": int(repeats.sum()),
-        "energy_mj": int(np.round(energy_step[in_day]).sum()),
-        "busy_sum_x1e6": int(np.round(np.nansum(busy[in_day]) * 1e6)),
-        "nodes": int(np.unique(g_node[in_day]).size),
+        "energy_mj": int(np.round(energy_step[stored]).sum()),
+        "busy_sum_x1e6": int(np.round(np.nansum(busy[stored]) * 1e6)),
+        "nodes": int(np.unique(g_node[stored]).size),
+        "price_units": int(price_units[stored].sum()),
+        "unschedulable_gpu_samples": int(unschedulable[stored].sum()),
+        "gpu_samples_on_several_nodes": several_nodes,
+        "shared_holder_pairs": int(holder_pairs.size),
+        "vgpu_copy_conflicts": conflicts,
     }
     counts |= {
         "series": int(series_labels[0].size),
@@ -297,8 +549,15 @@ def one_file(
         "mig_instance_samples": instance_rows.num_rows,
         "held_mig_instance_samples": int(pc.sum(pc.greater_equal(instance_rows["holder"], 0)).as_py() or 0),
         "mig_busy_sum_x1e6": int(np.round((pc.sum(instance_rows["busy"]).as_py() or 0.0) * 1e6)),
+        "mig_price_units": int(pc.sum(instance_rows["price_units"]).as_py() or 0),
+        "mig_weight_sum_x1e6": int(np.round((pc.sum(instance_rows["weight"]).as_py() or 0.0) * 1e6)),
     }
-    return counts, day_rows, instance_rows
+    tables = {
+        "gpu_samples": day_rows,
+        "instance_samples": instance_rows,
+        "shared_holders": pa.table({"pair": holder_pairs}),
+    }
+    return counts, tables, frozenset(gpu_names)
 
 
 def run_pass(work: Path, day: str, threads: int, store: bool) -> dict[str, Any]:
@@ -308,8 +567,11 @@ def run_pass(work: Path, day: str, threads: int, store: bool) -> dict[str, Any]:
     scrape_ms = config.scrape_interval_of(cluster) * 1000
     window_start_ms = start_ms - lookback_ms(config, cluster)
     totals: dict[str, int] = {}
+    stored: set[str] = set()
+    gpus_seen: dict[str, int] = {}
     before = resource.getrusage(resource.RUSAGE_SELF)
     started = time.perf_counter()
+    inputs = DayInputs.load(work)
     files = sorted((work / "sorted").glob("*.parquet"))
     database = work / ".streaming-floor.duckdb"
     database.unlink(missing_ok=True)
@@ -318,21 +580,25 @@ def run_pass(work: Path, day: str, threads: int, store: bool) -> dict[str, Any]:
     con.execute("set memory_limit = '3GB'")
     # One file per thread: NumPy and Arrow release the GIL in their loops, and (b′) runs on two threads.
     with ThreadPoolExecutor(threads) as pool:
-        for counts, day_rows, instance_rows in pool.map(
-            lambda p: one_file(p, start_ms, end_ms, window_start_ms, scrape_ms), files
+        for counts, tables, gpus in pool.map(
+            lambda p: one_file(p, start_ms, end_ms, window_start_ms, scrape_ms, inputs), files
         ):
             for key, count in counts.items():
                 totals[key] = totals.get(key, 0) + count
+            for uuid in gpus:
+                gpus_seen[uuid] = gpus_seen.get(uuid, 0) + 1
             if store:
-                for name, rows in (("gpu_samples", day_rows), ("instance_samples", instance_rows)):
-                    verb = f"insert into {name}" if name in totals else f"create table {name} as"
-                    totals[name] = 1
+                for name, rows in tables.items():
+                    verb = f"insert into {name}" if name in stored else f"create table {name} as"
+                    stored.add(name)
                     con.register("rows", rows)
                     con.execute(f"{verb} select * from rows")
                     con.unregister("rows")
-    if store:
-        for name in ("gpu_samples", "instance_samples"):
-            totals[name] = con.sql(f"select count(*) from {name}").fetchall()[0][0]
+    # A GPU whose rows are in two files would be two partial GPUs to this pass: counted (the design must merge
+    # them, as a second pass over those GPUs' rows).
+    totals["gpus_in_several_files"] = sum(1 for n in gpus_seen.values() if n > 1)
+    for name in sorted(stored):
+        totals[f"stored_{name}"] = con.sql(f"select count(*) from {name}").fetchall()[0][0]
     con.close()
     database.unlink(missing_ok=True)
     wall = time.perf_counter() - started
@@ -347,6 +613,82 @@ def run_pass(work: Path, day: str, threads: int, store: bool) -> dict[str, Any]:
         "peak_rss_mib": after.ru_maxrss / 1024,
         **totals,
     }
+
+
+# What the pass's counts are checked against: the same counts and sums over the models' own tables.
+MODELS_CHECKED = (
+    "stg_dcgm_samples",
+    "stg_dcgm_series",
+    "int_gpu_samples",
+    "int_mig_instance_samples",
+    "int_vgpu_copy_conflicts",
+)
+TRUTH_SQL = """
+with shared as (
+    select device_key, ts_ms from int_gpu_samples where labelled and holder_key is null and not is_mig
+    union all
+    select device_key, ts_ms from int_mig_instance_samples where labelled and holder_key is null
+)
+select
+    (select count(*) from stg_dcgm_samples) as series_samples,
+    (select count(*) filter (where has_copies) from stg_dcgm_samples) as series_samples_with_copies,
+    (select count(*) from stg_dcgm_series) as series,
+    (select count(*) from int_gpu_samples) as gpu_samples_in_day,
+    (select count(*) filter (where is_mig) from int_gpu_samples) as mig_gpu_samples_in_day,
+    (select count(holder_key) from int_gpu_samples) as held_gpu_samples_in_day,
+    (select sum(energy_mj) from int_gpu_samples) as energy_mj,
+    (select round(sum(busy) * 1e6) from int_gpu_samples) as busy_sum_x1e6,
+    (select sum(price_units) from int_gpu_samples) as price_units,
+    (select count(*) filter (where unschedulable) from int_gpu_samples) as unschedulable_gpu_samples,
+    (select count(*) from int_mig_instance_samples) as mig_instance_samples,
+    (select count(holder_key) from int_mig_instance_samples) as held_mig_instance_samples,
+    (select round(sum(busy) * 1e6) from int_mig_instance_samples) as mig_busy_sum_x1e6,
+    (select sum(price_units) from int_mig_instance_samples) as mig_price_units,
+    (select round(sum(weight) * 1e6) from int_mig_instance_samples) as mig_weight_sum_x1e6,
+    (select count(*) from int_vgpu_copy_conflicts) as vgpu_copy_conflicts,
+    (
+        select count(*) from (
+            select distinct s.ts_ms, d.device_key, d.holder_key
+            from stg_dcgm_samples as s
+            join stg_dcgm_series as d on d.series_key = s.series_key
+            join shared as m on m.device_key = d.device_key and m.ts_ms = s.ts_ms
+            where s.in_day and s.observed and d.holder_key is not null
+        )
+    ) as shared_holder_pairs
+"""
+# Sums of floating-point fractions, added in another order: equal to within the last digit.
+ROUNDED = ("busy_sum_x1e6", "mig_busy_sum_x1e6", "mig_weight_sum_x1e6")
+
+
+def model_truth(tables: dict[str, pa.Table]) -> dict[str, int]:
+    """TRUTH_SQL over the models' tables (MODELS_CHECKED, kept by meter_day)."""
+    con = duckdb.connect()
+    for name in MODELS_CHECKED:
+        con.register(name, tables[name])
+    relation = con.sql(TRUTH_SQL)
+    return {k: int(v or 0) for k, v in zip(relation.columns, relation.fetchall()[0], strict=True)}
+
+
+def check(work: Path, day: str) -> dict[str, Any]:
+    """The pass against the models over one bench workspace's day (both run here; untimed)."""
+    config = load_config(work / "config.yaml")
+    cluster = config.clusters[0].name
+    metered = date.fromisoformat(day)
+    tables = meter_day(
+        read_raw_day(Warehouse.of(config.warehouse), cluster, metered),
+        config,
+        cluster,
+        metered,
+        select=MODELS_CHECKED,
+    )
+    truth = model_truth(tables)
+    got = run_pass(work, day, threads=2, store=False)
+    differ = {
+        k: (got[k], truth[k])
+        for k in truth
+        if (abs(got[k] - truth[k]) > 1 if k in ROUNDED else got[k] != truth[k])
+    }
+    return {"step": "check", "equal": not differ, "differ": differ, **truth}
 
 
 def window_keys(work: Path, day: str, window_s: int = 3600) -> dict[str, Any]:
@@ -409,7 +751,7 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
         prog="python -m bench.streaming_floor", description=__doc__.split("\n\n")[0]
     )
-    parser.add_argument("what", choices=("sort", "pass", "window-keys"))
+    parser.add_argument("what", choices=("sort", "inputs", "pass", "check", "window-keys"))
     parser.add_argument("--work", type=Path, required=True)
     parser.add_argument("--day", default=FactorySpec().start.isoformat())
     parser.add_argument("--threads", type=int, default=2, help="files passed at once (pass)")
@@ -421,6 +763,10 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     if args.what == "sort":
         result = sort_files(args.work, args.day)
+    elif args.what == "inputs":
+        result = compute_inputs(args.work, args.day)
+    elif args.what == "check":
+        result = check(args.work, args.day)
     elif args.what == "pass":
         result = run_pass(args.work, args.day, args.threads, args.store)
     else:

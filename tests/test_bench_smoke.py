@@ -4,22 +4,23 @@ computes what its rules say, by hand. The benchmark itself runs outside CI (benc
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from datetime import date
 from pathlib import Path
 
 import duckdb
+import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
 from bench import fleet, sorted_pivot, streaming_floor
 from bench.pandas_meter import cost_by_namespace
 from gpumeter.config import load_config
-from gpumeter.ingest.contract import day_bounds_ms
+from gpumeter.ingest.contract import day_bounds_ms, lookback_ms
 from gpumeter.ingest.schema import DCGM_TEMP
-from gpumeter.models.partition import read_raw_day
 from gpumeter.models.project import load_models
-from gpumeter.models.runner import meter_day
-from gpumeter.storage.warehouse import Warehouse
+from gpumeter_sim import FactorySpec, write_parquet
 from gpumeter_sim.promserver import binaries_available
 from tests.builders import FactoryBuilder
 
@@ -164,7 +165,8 @@ def test_harness_runs_every_step_on_a_tiny_fleet(tmp_path: Path) -> None:
 def test_the_streaming_pass_agrees_with_the_models_it_stands_for(tmp_path: Path) -> None:
     """bench/streaming_floor.py measures the floor of the unbuilt one-pass design (a day sorted by GPU and time,
     grouped without a hash table); it is not the product, so it is checked against the product's models on a
-    simulated day: the same series samples, GPU samples, MIG modes, holders, energy and busy fractions."""
+    simulated fleet day: the same series samples, GPU samples, MIG modes, holders, energy, busy fractions,
+    prices, MIG instances and the series holders of shared samples."""
     ws = fleet.Workspace(tmp_path / "w", gpus=8, days=1)
     fleet.step_generate(ws)
     day = ws.start.isoformat()
@@ -172,30 +174,51 @@ def test_the_streaming_pass_agrees_with_the_models_it_stands_for(tmp_path: Path)
     assert streaming_floor.sort_files(ws.root, day)["rows"] == raw_rows
     # The writer's way to that order: the pull's integer key, by GPU first (the order is checked inside).
     assert streaming_floor.window_keys(ws.root, day)["rows"] == raw_rows
-    got = streaming_floor.run_pass(ws.root, day, threads=2, store=True)
-    config = load_config(ws.config_path)
-    raw = read_raw_day(Warehouse.of(config.warehouse), fleet.CLUSTER, ws.start)
-    models = meter_day(raw, config, fleet.CLUSTER, ws.start, keep_layers=("staging", "intermediate"))
-    con = duckdb.connect()
-    for name in ("stg_dcgm_samples", "int_gpu_samples", "int_mig_instance_samples"):
-        con.register(name, models[name])
-    ((gpus, mig, held, energy, busy),) = con.sql(
-        "select count(*), count(*) filter (where is_mig), count(holder_key), sum(energy_mj), sum(busy) "
-        "from int_gpu_samples"
-    ).fetchall()
-    ((instances, instances_held, instances_busy),) = con.sql(
-        "select count(*), count(holder_key), sum(busy) from int_mig_instance_samples"
-    ).fetchall()
-    assert mig > 0 and instances > 0 and held > 0  # the simulated day has MIG GPUs and holders to compare
-    assert got["series_samples"] == models["stg_dcgm_samples"].num_rows
-    assert got["series"] == models["stg_dcgm_series"].num_rows
-    assert (got["gpu_samples_in_day"], got["mig_gpu_samples_in_day"], got["held_gpu_samples_in_day"]) == (
-        gpus,
-        mig,
-        held,
+    streaming_floor.compute_inputs(ws.root, day)
+    got = streaming_floor.check(ws.root, day)
+    assert got["equal"], got["differ"]
+    # The day has what is compared: MIG GPUs and instances, holders, prices (shared samples: next test).
+    assert got["mig_gpu_samples_in_day"] > 0 and got["mig_instance_samples"] > 0
+    assert got["held_gpu_samples_in_day"] > 0 and got["price_units"] > 0
+    stored = streaming_floor.run_pass(ws.root, day, threads=2, store=True)
+    assert (stored["stored_gpu_samples"], stored["stored_instance_samples"]) == (
+        got["gpu_samples_in_day"],
+        got["mig_instance_samples"],
     )
-    assert got["gpu_samples"] == gpus and got["instance_samples"] == instances
-    assert (got["mig_instance_samples"], got["held_mig_instance_samples"]) == (instances, instances_held)
-    assert got["energy_mj"] == energy
-    assert got["busy_sum_x1e6"] == pytest.approx(busy * 1e6, abs=1)
-    assert got["mig_busy_sum_x1e6"] == pytest.approx(instances_busy * 1e6, abs=1)
+
+
+def test_the_streaming_pass_agrees_on_a_changing_day_with_broken_readings(tmp_path: Path) -> None:
+    """The same check on the demo's changing pool (an outage, a cordoned node, an XID, an energy counter reset,
+    MIG re-partitioned, pods deleted and recreated, time-sliced vgpu copies), priced by OpenCost's per-node
+    spans, with two readings broken by hand: a vgpu copy that disagrees with its twin, and a reading written
+    twice with two values."""
+    ws = fleet.Workspace(tmp_path / "w", gpus=8, days=1)
+    spec = replace(FactorySpec(), cluster=fleet.CLUSTER, days=1, mig_repartition=True, pod_churn=True)
+    config_path = fleet.write_config(ws)
+    config_path.write_text(
+        config_path.read_text().replace("price_source: rate_card", "price_source: opencost")
+    )
+    write_parquet(
+        spec, ws.warehouse / "raw", lookback_s=lookback_ms(load_config(config_path), fleet.CLUSTER) // 1000
+    )
+    (raw,) = ws.raw_files("raw_dcgm_samples", spec.start)
+    rows = pq.read_table(raw)
+    start_ms, _ = day_bounds_ms(spec.start)
+    gr = pc.equal(rows["metric"], "DCGM_FI_PROF_GR_ENGINE_ACTIVE")
+    in_day = pc.greater_equal(rows["ts_ms"], start_ms + 3_600_000)
+    copy_at = pc.index(pc.and_(pc.and_(gr, in_day), pc.is_valid(rows["vgpu"])), True).as_py()
+    plain_at = pc.index(pc.and_(pc.and_(gr, in_day), pc.is_null(rows["vgpu"])), True).as_py()
+    value = rows["value"].to_pylist()
+    value[copy_at] = 1.0 if value[copy_at] < 0.5 else 0.0  # the twin still says what it said
+    twice = rows.slice(plain_at, 1).set_column(3, "value", pa.array([value[plain_at] / 2 + 0.25]))
+    rows = pa.concat_tables([rows.set_column(3, "value", pa.array(value)), twice])
+    pq.write_table(rows, raw)
+    day = spec.start.isoformat()
+    streaming_floor.sort_files(ws.root, day)
+    inputs = streaming_floor.compute_inputs(ws.root, day)
+    assert inputs["int_node_unschedulable_spans"] > 0 and inputs["int_node_gpu_price_spans"] > 0
+    got = streaming_floor.check(ws.root, day)
+    assert got["equal"], got["differ"]
+    assert got["vgpu_copy_conflicts"] == 1 and got["series_samples_with_copies"] == 1
+    assert got["unschedulable_gpu_samples"] > 0 and got["mig_gpu_samples_in_day"] > 0
+    assert got["shared_holder_pairs"] > 0 and got["mig_price_units"] > 0
