@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import json
 import resource
+import shutil
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -560,7 +561,17 @@ def one_file(
     return counts, tables, frozenset(gpu_names)
 
 
-def run_pass(work: Path, day: str, threads: int, store: bool) -> dict[str, Any]:
+def _write_parquet(out: Path, part: str, tables: dict[str, pa.Table]) -> None:
+    """One file's tables as <out>/<table>/<part>.parquet (Snappy), written by the thread that made them."""
+    for name, rows in tables.items():
+        (out / name).mkdir(parents=True, exist_ok=True)
+        pq.write_table(rows, out / name / f"{part}.parquet", compression="snappy")
+
+
+def run_pass(work: Path, day: str, threads: int, store: str | None) -> dict[str, Any]:
+    """The pass over the day's sorted files, `threads` files at a time. `store`: none, "duckdb" (the tables in
+    a DuckDB database file, inserted by this thread, as the runner's models are) or "parquet" (one Parquet
+    file per table and sorted file, written by the thread that made it)."""
     start_ms, end_ms = day_bounds_ms(date.fromisoformat(day))
     config = load_config(work / "config.yaml")
     cluster = config.clusters[0].name
@@ -573,6 +584,8 @@ def run_pass(work: Path, day: str, threads: int, store: bool) -> dict[str, Any]:
     started = time.perf_counter()
     inputs = DayInputs.load(work)
     files = sorted((work / "sorted").glob("*.parquet"))
+    out = work / ".streaming-floor"
+    shutil.rmtree(out, ignore_errors=True)
     database = work / ".streaming-floor.duckdb"
     database.unlink(missing_ok=True)
     con = duckdb.connect(str(database))  # a database file, as the runner's models are
@@ -580,14 +593,19 @@ def run_pass(work: Path, day: str, threads: int, store: bool) -> dict[str, Any]:
     con.execute("set memory_limit = '3GB'")
     # One file per thread: NumPy and Arrow release the GIL in their loops, and (b′) runs on two threads.
     with ThreadPoolExecutor(threads) as pool:
-        for counts, tables, gpus in pool.map(
-            lambda p: one_file(p, start_ms, end_ms, window_start_ms, scrape_ms, inputs), files
-        ):
+
+        def work_file(path: Path) -> tuple[dict[str, int], dict[str, pa.Table], frozenset[str]]:
+            counts, tables, gpus = one_file(path, start_ms, end_ms, window_start_ms, scrape_ms, inputs)
+            if store == "parquet":
+                _write_parquet(out, path.stem, tables)
+            return counts, tables, gpus
+
+        for counts, tables, gpus in pool.map(work_file, files):
             for key, count in counts.items():
                 totals[key] = totals.get(key, 0) + count
             for uuid in gpus:
                 gpus_seen[uuid] = gpus_seen.get(uuid, 0) + 1
-            if store:
+            if store == "duckdb":
                 for name, rows in tables.items():
                     verb = f"insert into {name}" if name in stored else f"create table {name} as"
                     stored.add(name)
@@ -600,7 +618,13 @@ def run_pass(work: Path, day: str, threads: int, store: bool) -> dict[str, Any]:
     for name in sorted(stored):
         totals[f"stored_{name}"] = con.sql(f"select count(*) from {name}").fetchall()[0][0]
     con.close()
+    if store == "parquet":
+        for folder in sorted(out.iterdir()):
+            totals[f"stored_{folder.name}"] = sum(
+                pq.ParquetFile(f).metadata.num_rows for f in folder.iterdir()
+            )
     database.unlink(missing_ok=True)
+    shutil.rmtree(out, ignore_errors=True)
     wall = time.perf_counter() - started
     after = resource.getrusage(resource.RUSAGE_SELF)
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
@@ -682,7 +706,7 @@ def check(work: Path, day: str) -> dict[str, Any]:
         select=MODELS_CHECKED,
     )
     truth = model_truth(tables)
-    got = run_pass(work, day, threads=2, store=False)
+    got = run_pass(work, day, threads=2, store=None)
     differ = {
         k: (got[k], truth[k])
         for k in truth
@@ -757,8 +781,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--threads", type=int, default=2, help="files passed at once (pass)")
     parser.add_argument(
         "--store",
-        action="store_true",
-        help="store the day's GPU and MIG instance samples in a DuckDB file (pass)",
+        nargs="?",
+        const="duckdb",
+        choices=("duckdb", "parquet"),
+        help="store the day's GPU and MIG instance samples: in a DuckDB file (the default), or in Parquet files "
+        "written by the threads that make them (pass)",
     )
     args = parser.parse_args(argv)
     if args.what == "sort":

@@ -180,11 +180,13 @@ def test_the_streaming_pass_agrees_with_the_models_it_stands_for(tmp_path: Path)
     # The day has what is compared: MIG GPUs and instances, holders, prices (shared samples: next test).
     assert got["mig_gpu_samples_in_day"] > 0 and got["mig_instance_samples"] > 0
     assert got["held_gpu_samples_in_day"] > 0 and got["price_units"] > 0
-    stored = streaming_floor.run_pass(ws.root, day, threads=2, store=True)
-    assert (stored["stored_gpu_samples"], stored["stored_instance_samples"]) == (
-        got["gpu_samples_in_day"],
-        got["mig_instance_samples"],
-    )
+    stored = streaming_floor.run_pass(ws.root, day, threads=2, store="duckdb")
+    in_parquet = streaming_floor.run_pass(ws.root, day, threads=2, store="parquet")
+    for kept in (stored, in_parquet):
+        assert (kept["stored_gpu_samples"], kept["stored_instance_samples"]) == (
+            got["gpu_samples_in_day"],
+            got["mig_instance_samples"],
+        )
 
 
 def test_the_streaming_pass_agrees_on_a_changing_day_with_broken_readings(tmp_path: Path) -> None:
