@@ -329,6 +329,17 @@ def test_rows_without_a_uuid_are_dropped_and_their_gpu_seconds_shown() -> None:
     assert not result.passed and result.metadata["dropped_gpu_seconds"].value == "180.000000000000"
 
 
+def test_vgpu_copies_that_disagree_across_two_nodes_are_reported_once_at_the_first_node() -> None:
+    """R1/R6: one time-sliced GPU's vgpu copies, reported by two nodes (n2's rows written first), say 2 % and
+    80 %: one conflicting device sample, named at the first node by name, as the GPU is billed there."""
+    f = factory()
+    f.gpu("n2", "GPU-1", H100).sample("GPU-1", 0, util=2, pod=P1, vgpu="0")
+    f.gpu("n1", "GPU-1", H100).sample("GPU-1", 0, util=80, pod=P2, vgpu="1")
+    out = meter(f)
+    assert [(r["node"], r["device_id"]) for r in out["int_vgpu_copy_conflicts"].to_pylist()] == [("n1", "GPU-1")]
+    assert quality(out, "n1")["conflicting_copy_samples"] == 1
+
+
 def test_a_row_without_a_hostname_is_reported_under_a_null_node() -> None:
     """A GPU with a UUID but no Hostname is still observed and billed (R4); its node is null, not lost."""
     f = factory()
