@@ -113,16 +113,9 @@ def sort_files(work: Path, day: str) -> dict[str, Any]:
     return {"step": "sort", "wall_s": time.perf_counter() - started, "rows": rows}
 
 
-def write_inputs(work: Path, tables: dict[str, pa.Table]) -> None:
-    """The input models' tables (INPUT_MODELS) as <work>/floor-inputs/<model>.parquet."""
-    out = work / "floor-inputs"
-    out.mkdir(exist_ok=True)
-    for name in INPUT_MODELS:
-        pq.write_table(tables[name], out / f"{name}.parquet")
-
-
 def compute_inputs(work: Path, day: str) -> dict[str, Any]:
-    """Run the input models alone (and what they read) over the day, untimed, and write them for the pass."""
+    """Run the input models alone (and what they read) over the day, untimed, and write them for the pass as
+    <work>/floor-inputs/<model>.parquet."""
     config = load_config(work / "config.yaml")
     warehouse = Warehouse.of(config.warehouse)
     cluster = config.clusters[0].name
@@ -135,7 +128,10 @@ def compute_inputs(work: Path, day: str) -> dict[str, Any]:
         select=INPUT_MODELS,
         temp_directory=warehouse.scratch_dir("streaming-floor"),
     )
-    write_inputs(work, tables)
+    out = work / "floor-inputs"
+    out.mkdir(exist_ok=True)
+    for name in INPUT_MODELS:
+        pq.write_table(tables[name], out / f"{name}.parquet")
     return {"step": "inputs", **{name: tables[name].num_rows for name in INPUT_MODELS}}
 
 
@@ -190,10 +186,8 @@ def _in_spans(
         if name in spans:
             f, u, v = spans[name]
             starts.append(f), ends.append(u), values.append(v), codes.append(np.full(f.size, code, np.int64))
-    held = np.zeros(ts.size, dtype=bool)
-    value = np.full(ts.size, np.nan)
     if not starts:
-        return held, value
+        return np.zeros(ts.size, dtype=bool), np.full(ts.size, np.nan)
     shift = np.int64(1) << np.int64(42)  # epoch ms stay below 2^42 until the year 2109
     span_key = np.concatenate(codes) * shift + np.concatenate(starts)
     order = np.argsort(span_key, kind="stable")
@@ -216,7 +210,8 @@ def _codes(column: pa.ChunkedArray, names: tuple[str, ...]) -> np.ndarray:
 
 
 def _coded(column: pa.ChunkedArray) -> tuple[np.ndarray, list[str]]:
-    """Dictionary indices (-1 for null) and the dictionary's strings."""
+    """Dictionary indices (-1 for null; within one file, equal strings have equal indices) and the
+    dictionary's strings."""
     array = column.combine_chunks()
     return array.indices.fill_null(-1).to_numpy().astype(np.int32), array.dictionary.to_pylist()
 
@@ -237,10 +232,15 @@ def _ranked(rank_of_code: np.ndarray, codes: np.ndarray, where: np.ndarray, none
     return np.where(where & (codes >= 0), rank_of_code[np.maximum(codes, 0)], none).astype(np.int32)
 
 
+def _code_at(code_of_rank: np.ndarray, rank: np.ndarray) -> np.ndarray:
+    """The code of each rank, -1 where the rank is BIG (none was ranked)."""
+    if code_of_rank.size == 0:
+        return np.full(rank.size, -1, np.int32)
+    return np.where(rank < BIG, code_of_rank[np.minimum(rank, code_of_rank.size - 1)], -1).astype(np.int32)
+
+
 def _indices(column: pa.ChunkedArray) -> np.ndarray:
-    """Dictionary indices, -1 for null; within one file, equal strings have equal indices."""
-    array = column.combine_chunks()
-    return array.indices.fill_null(-1).to_numpy().astype(np.int32)
+    return _coded(column)[0]
 
 
 def _ffill_index(valid: np.ndarray) -> np.ndarray:
@@ -282,8 +282,8 @@ def one_file(
     first = np.r_[True, (d_gpu != 0) | (d_ts != 0) | d_sk]  # a new (series, time) segment starts
     seg = np.cumsum(first) - 1
     sane = np.isfinite(value) & (value >= 0)
-    # The quarantine's judged rows (dropped, a value ignored or clamped; stg_dcgm_quarantine also lists copies
-    # deduplicated and nodes merged, which this pass does not look for): counted.
+    # The quarantine's judged rows (dropped, a value ignored or clamped): counted. Readings written twice
+    # (rows) and GPU samples seen on two nodes, its other reasons, are counted below.
     quarantined_rows = int(dropped.sum()) + int((keep & ~sane).sum())
     seg, metric, value, sane = seg[keep], metric[keep], value[keep], sane[keep]
     row_first = np.flatnonzero(first)  # every segment's first raw row
@@ -337,19 +337,13 @@ def one_file(
         | (observed.astype(np.uint8) << 3)
     )
     g_flags = np.bitwise_or.reduceat(flags, g_first)
-    big = BIG
     # The first node and model by name of the sample's observed series (min(node_key), min(model_key)).
     g_node_rank = np.minimum.reduceat(_ranked(node_rank, s_node, observed, BIG), g_first)
     g_node_last = np.maximum.reduceat(_ranked(node_rank, s_node, observed, -1), g_first)
     g_model_rank = np.minimum.reduceat(_ranked(model_rank, s_model, observed, BIG), g_first)
-    g_node = np.where(
-        g_node_rank < BIG, node_of_rank[np.minimum(g_node_rank, max(len(node_names) - 1, 0))], -1
-    )
-    g_model = np.where(
-        g_model_rank < BIG, model_of_rank[np.minimum(g_model_rank, max(len(model_names) - 1, 0))], -1
-    )
+    g_node, g_model = _code_at(node_of_rank, g_node_rank), _code_at(model_of_rank, g_model_rank)
     g_several_nodes = (g_node_last >= 0) & (g_node_last > g_node_rank)
-    g_first_holder = np.minimum.reduceat(np.where(observed & (s_pod >= 0), s_pod, big), g_first)
+    g_first_holder = np.minimum.reduceat(np.where(observed & (s_pod >= 0), s_pod, BIG), g_first)
     g_last_holder = np.maximum.reduceat(np.where(observed, s_pod, -1), g_first)
     g_energy = np.fmax.reduceat(np.where(whole, energy, np.nan), g_first)
     g_fb = np.fmax.reduceat(np.where(whole, fb, np.nan), g_first)
@@ -486,7 +480,9 @@ def one_file(
     holder_rows = np.flatnonzero(observed & ~s_inst & (s_pod >= 0) & shared_gpu[seg_gpu_sample])
     i_shared = np.flatnonzero((i_low < BIG) & (i_low != i_high) & i_classed)
     instance_of_row = np.repeat(np.arange(i_first.size), np.diff(np.r_[i_first, at.size])) if at.size else at
-    shared_instance_rows = at[np.isin(instance_of_row, i_shared) & (s_pod[at] >= 0)] if at.size else at
+    shared_instance = np.zeros(i_first.size, dtype=bool)
+    shared_instance[i_shared] = True
+    shared_instance_rows = at[shared_instance[instance_of_row] & (s_pod[at] >= 0)] if at.size else at
     holder_pairs = np.unique(
         np.r_[
             seg_gpu_sample[holder_rows].astype(np.int64) * 2**32 * 4096 + s_pod[holder_rows],
