@@ -32,7 +32,7 @@ import shutil
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import date
 from pathlib import Path
 from typing import Any
@@ -54,6 +54,7 @@ from gpumeter.ingest.schema import (
     DCGM_XID,
 )
 from gpumeter.models.partition import read_raw_day
+from gpumeter.models.project import Model, load_models
 from gpumeter.models.runner import meter_day
 from gpumeter.storage.warehouse import Warehouse
 from gpumeter_sim import FactorySpec
@@ -711,6 +712,83 @@ def check(work: Path, day: str) -> dict[str, Any]:
     return {"step": "check", "equal": not differ, "differ": differ, **truth}
 
 
+# The five models the pass stands for, and of them the two whose tables the later models read.
+PASS_MODELS = (
+    "stg_dcgm_samples",
+    "stg_dcgm_series",
+    "int_gpu_samples",
+    "int_mig_instance_samples",
+    "stg_dcgm_quarantine",
+)
+PASS_TABLES = ("int_gpu_samples", "int_mig_instance_samples")
+
+
+def downstream(work: Path, day: str, stored: str, parts: int = 80) -> dict[str, Any]:
+    """What the models after the pass cost when its tables are DuckDB tables or Parquet files. `setup` writes
+    the models' own int_gpu_samples and int_mig_instance_samples as `parts` Parquet files each (Snappy, as
+    `pass --store parquet` writes them); `duckdb` meters the day with those two models loaded from the files
+    into tables (the load is the pass's store, not counted), `parquet` with the two as views over the files.
+    Reported: the seconds of the models other than the five the pass stands for."""
+    config = load_config(work / "config.yaml")
+    warehouse = Warehouse.of(config.warehouse)
+    cluster = config.clusters[0].name
+    metered = date.fromisoformat(day)
+    raw = read_raw_day(warehouse, cluster, metered)
+    folder = work / "downstream"
+    if stored == "setup":
+        tables = meter_day(raw, config, cluster, metered, select=PASS_TABLES)
+        shutil.rmtree(folder, ignore_errors=True)
+        for name, rows in tables.items():
+            (folder / name).mkdir(parents=True)
+            size = -(-rows.num_rows // parts)
+            for part in range(parts):
+                pq.write_table(
+                    rows.slice(part * size, size),
+                    folder / name / f"part-{part:05d}.parquet",
+                    compression="snappy",
+                )
+        return {"step": "downstream_setup", **{name: rows.num_rows for name, rows in tables.items()}}
+    models = []
+    for model in load_models():
+        if model.name in PASS_TABLES:
+            files = ", ".join(f"'{f}'" for f in sorted((folder / model.name).glob("*.parquet")))
+            model = replace(
+                model,
+                sql=f"select * from read_parquet([{files}])",
+                deps=(),
+                materialized="ephemeral" if stored == "parquet" else "table",
+            )
+        models.append(model)
+    seconds: dict[str, float] = {}
+    last = [time.perf_counter()]
+
+    def on_model(model: Model) -> None:
+        now = time.perf_counter()
+        seconds[model.name] = now - last[0]
+        last[0] = now
+
+    started = time.perf_counter()
+    meter_day(
+        raw,
+        config,
+        cluster,
+        metered,
+        on_model=on_model,
+        keep_layers=("marts",),
+        temp_directory=warehouse.scratch_dir("downstream"),
+        models=models,
+    )
+    return {
+        "step": f"downstream_{stored}",
+        "meter_s": time.perf_counter() - started,
+        "other_models_s": sum(v for k, v in seconds.items() if k not in PASS_MODELS),
+        "pass_tables_s": {k: seconds.get(k, 0.0) for k in PASS_TABLES},
+        "slowest_other_models_s": dict(
+            sorted(((k, v) for k, v in seconds.items() if k not in PASS_MODELS), key=lambda kv: -kv[1])[:8]
+        ),
+    }
+
+
 def window_keys(work: Path, day: str, window_s: int = 3600) -> dict[str, Any]:
     """The writer's share, made by construction: per pull window, rows laid out series by series in time order
     (as the Prometheus pull holds them), one stable int64 argsort by the pull's own key (ts, series rank;
@@ -771,7 +849,7 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
         prog="python -m bench.streaming_floor", description=__doc__.split("\n\n")[0]
     )
-    parser.add_argument("what", choices=("sort", "inputs", "pass", "check", "window-keys"))
+    parser.add_argument("what", choices=("sort", "inputs", "pass", "check", "downstream", "window-keys"))
     parser.add_argument("--work", type=Path, required=True)
     parser.add_argument("--day", default=FactorySpec().start.isoformat())
     parser.add_argument("--threads", type=int, default=2, help="files passed at once (pass)")
@@ -783,11 +861,19 @@ def main(argv: list[str] | None = None) -> None:
         help="store the day's GPU and MIG instance samples: in a DuckDB file (the default), or in Parquet files "
         "written by the threads that make them (pass)",
     )
+    parser.add_argument(
+        "--stored",
+        choices=("setup", "duckdb", "parquet"),
+        default="duckdb",
+        help="downstream: write the two tables once (setup), or meter with them as DuckDB tables or Parquet views",
+    )
     args = parser.parse_args(argv)
     if args.what == "sort":
         result = sort_files(args.work, args.day)
     elif args.what == "inputs":
         result = compute_inputs(args.work, args.day)
+    elif args.what == "downstream":
+        result = downstream(args.work, args.day, args.stored)
     elif args.what == "check":
         result = check(args.work, args.day)
     elif args.what == "pass":

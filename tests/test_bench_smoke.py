@@ -187,6 +187,10 @@ def test_the_streaming_pass_agrees_with_the_models_it_stands_for(tmp_path: Path)
             got["gpu_samples_in_day"],
             got["mig_instance_samples"],
         )
+    # The later models over the two tables as DuckDB tables or as Parquet views (the store's other half).
+    assert streaming_floor.downstream(ws.root, day, "setup")["int_gpu_samples"] == got["gpu_samples_in_day"]
+    for kind in ("duckdb", "parquet"):
+        assert streaming_floor.downstream(ws.root, day, kind)["other_models_s"] > 0
 
 
 def test_the_streaming_pass_agrees_on_a_changing_day_with_broken_readings(tmp_path: Path) -> None:

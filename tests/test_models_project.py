@@ -11,6 +11,7 @@ import re
 import shutil
 import tomllib
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import date
 from pathlib import Path
 from typing import Any
@@ -258,6 +259,29 @@ def test_a_selected_model_is_run_with_what_it_reads_and_nothing_else(metered: di
     assert not any(name.startswith(("mart_", "stg_dcgm")) for name in ran), (
         ran
     )  # neither readers nor strangers
+
+
+def test_a_model_can_be_given_other_sql_for_one_run() -> None:
+    """meter_day(models=...): the project's models with one model's SQL replaced (bench/ gives a model's rows
+    from files another engine wrote); the replacement's rows are the model's."""
+    models = [
+        replace(m, sql=f"select * from ({m.sql}) where false")
+        if m.name == "int_node_unschedulable_spans"
+        else m
+        for m in load_models()
+    ]
+    got = meter_day(varied_day().build(), make_config(), "c1", DAY, select=("int_node_unschedulable_spans",))
+    assert got["int_node_unschedulable_spans"].num_rows > 0
+    emptied = meter_day(
+        varied_day().build(),
+        make_config(),
+        "c1",
+        DAY,
+        select=("int_node_unschedulable_spans",),
+        models=models,
+    )
+    assert emptied["int_node_unschedulable_spans"].num_rows == 0
+    assert emptied["int_node_unschedulable_spans"].schema == got["int_node_unschedulable_spans"].schema
 
 
 def test_selecting_a_model_that_does_not_exist_names_it() -> None:

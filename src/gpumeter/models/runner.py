@@ -83,6 +83,7 @@ def meter_day(
     profile_dir: Path | None = None,
     through_ms: int | None = None,
     select: Collection[str] = (),
+    models: Sequence[Model] | None = None,
 ) -> dict[str, pa.Table]:
     """Run every model for one cluster and day. Returns {model name: table} for the models of
     `keep_layers` (or, with `select`, for those models only, and only they and what they read are run, as
@@ -91,7 +92,8 @@ def meter_day(
     the caller with the directory), else of an in-memory one; DuckDB spills there past
     `warehouse.memory_limit`. With `profile_dir`, each SQL model's DuckDB query profile (EXPLAIN ANALYZE, as
     JSON) is written there as <model>.json (bench/). With `through_ms` the day ends there (a provisional day
-    metered up to its last full hour, gpumeter.models.provisional).
+    metered up to its last full hour, gpumeter.models.provisional). `models` replaces the project's models
+    (load_models()), e.g. with one model's SQL given by another source (bench/).
 
     Each model must output the columns its schema.yml declares (ProjectError), and the assertions it declares
     run right after it: the first row one returns stops the day with its message (AccountingError)."""
@@ -105,7 +107,7 @@ def meter_day(
         con = duckdb.connect(str(database))
     else:
         con = duckdb.connect()
-    models = _needed(load_models(), keep_layers, select)
+    models = _needed(load_models() if models is None else models, keep_layers, select)
     last_use = _last_use(models)
     views = {m.name for m in models if m.ephemeral}
     try:
