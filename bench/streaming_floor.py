@@ -20,7 +20,9 @@ is written would cost. `inputs` runs the models the pass reads (device classes, 
 unschedulable spans: they run before it in (a)) and writes them to <work>/floor-inputs/, untimed.
 `window-keys` times what the Prometheus pull's writer would pay to write each window in GPU order instead (the
 same integer argsort it already does, by another key). `pass` reads the sorted files and reports wall and CPU
-seconds, rows and samples. Run `bench.fleet step sample_floor` alternated with `pass` for (b′) side by side.
+seconds, rows and samples. `downstream` meters the day with the models' own GPU and MIG instance samples
+given as DuckDB tables or Parquet views (`--stored setup` writes them once): what the models after the pass
+cost either way. Run `bench.fleet step sample_floor` alternated with `pass` for (b′) side by side.
 """
 
 from __future__ import annotations
