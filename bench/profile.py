@@ -12,6 +12,7 @@ import argparse
 import json
 import time
 from collections import Counter
+from collections.abc import Callable
 from datetime import date
 from pathlib import Path
 from typing import Any
@@ -34,11 +35,9 @@ def _operators(node: dict[str, Any], into: Counter[str]) -> None:
         _operators(child, into)
 
 
-def profile(work: Path, day: date | None, top: int) -> str:
-    config = load_config(work / "config.yaml")
-    warehouse = Warehouse.of(config.warehouse)
-    cluster = config.clusters[0].name
-    day = day or FactorySpec().start  # the simulator's first day, which bench/fleet.py meters
+def model_timer() -> tuple[dict[str, float], Callable[[Model], None]]:
+    """{model: wall seconds}, filled by the returned `on_model` callback of meter_day: each model's time since
+    the previous one ended (the first: since this call)."""
     seconds: dict[str, float] = {}
     last = [time.perf_counter()]
 
@@ -47,6 +46,15 @@ def profile(work: Path, day: date | None, top: int) -> str:
         seconds[model.name] = now - last[0]
         last[0] = now
 
+    return seconds, on_model
+
+
+def profile(work: Path, day: date | None, top: int) -> str:
+    config = load_config(work / "config.yaml")
+    warehouse = Warehouse.of(config.warehouse)
+    cluster = config.clusters[0].name
+    day = day or FactorySpec().start  # the simulator's first day, which bench/fleet.py meters
+    seconds, on_model = model_timer()
     profiles = work / "profile" / day.isoformat()
     started = time.perf_counter()
     meter_day(

@@ -45,6 +45,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from bench.profile import model_timer
 from gpumeter.config import load_config
 from gpumeter.ingest.contract import day_bounds_ms, lookback_ms
 from gpumeter.ingest.schema import (
@@ -56,7 +57,7 @@ from gpumeter.ingest.schema import (
     DCGM_XID,
 )
 from gpumeter.models.partition import read_raw_day
-from gpumeter.models.project import Model, load_models
+from gpumeter.models.project import load_models
 from gpumeter.models.runner import meter_day
 from gpumeter.storage.warehouse import Warehouse
 from gpumeter_sim import FactorySpec
@@ -761,14 +762,7 @@ def downstream(work: Path, day: str, stored: str, parts: int = 80) -> dict[str, 
                 materialized="ephemeral" if stored == "parquet" else "table",
             )
         models.append(model)
-    seconds: dict[str, float] = {}
-    last = [time.perf_counter()]
-
-    def on_model(model: Model) -> None:
-        now = time.perf_counter()
-        seconds[model.name] = now - last[0]
-        last[0] = now
-
+    seconds, on_model = model_timer()
     started = time.perf_counter()
     meter_day(
         raw,

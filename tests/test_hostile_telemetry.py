@@ -336,7 +336,9 @@ def test_vgpu_copies_that_disagree_across_two_nodes_are_reported_once_at_the_fir
     f.gpu("n2", "GPU-1", H100).sample("GPU-1", 0, util=2, pod=P1, vgpu="0")
     f.gpu("n1", "GPU-1", H100).sample("GPU-1", 0, util=80, pod=P2, vgpu="1")
     out = meter(f)
-    assert [(r["node"], r["device_id"]) for r in out["int_vgpu_copy_conflicts"].to_pylist()] == [("n1", "GPU-1")]
+    assert [(r["node"], r["device_id"]) for r in out["int_vgpu_copy_conflicts"].to_pylist()] == [
+        ("n1", "GPU-1")
+    ]
     assert quality(out, "n1")["conflicting_copy_samples"] == 1
 
 
