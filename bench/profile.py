@@ -17,6 +17,8 @@ from datetime import date
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
+
 from gpumeter.config import load_config
 from gpumeter.models.partition import read_raw_day
 from gpumeter.models.project import Model
@@ -49,24 +51,27 @@ def model_timer() -> tuple[dict[str, float], Callable[[Model], None]]:
     return seconds, on_model
 
 
-def profile(work: Path, day: date | None, top: int) -> str:
+def meter_workspace_day(
+    work: Path, day: date, scratch: str | None = None, **options: Any
+) -> dict[str, pa.Table]:
+    """meter_day over a bench workspace's day (its config's first cluster, its raw zone), with meter_day's
+    `options`; with `scratch`, the models are tables of a DuckDB file in the warehouse's scratch folder of
+    that name (as the pipeline runs them), else of an in-memory database."""
     config = load_config(work / "config.yaml")
     warehouse = Warehouse.of(config.warehouse)
     cluster = config.clusters[0].name
+    temp_directory = warehouse.scratch_dir(scratch) if scratch else None
+    raw = read_raw_day(warehouse, cluster, day)
+    return meter_day(raw, config, cluster, day, temp_directory=temp_directory, **options)
+
+
+def profile(work: Path, day: date | None, top: int) -> str:
+    cluster = load_config(work / "config.yaml").clusters[0].name
     day = day or FactorySpec().start  # the simulator's first day, which bench/fleet.py meters
     seconds, on_model = model_timer()
     profiles = work / "profile" / day.isoformat()
     started = time.perf_counter()
-    meter_day(
-        read_raw_day(warehouse, cluster, day),
-        config,
-        cluster,
-        day,
-        on_model=on_model,
-        keep_layers=("marts",),
-        temp_directory=warehouse.scratch_dir("profile"),
-        profile_dir=profiles,
-    )
+    meter_workspace_day(work, day, "profile", on_model=on_model, keep_layers=("marts",), profile_dir=profiles)
     total = time.perf_counter() - started
     lines = [
         f"{cluster} {day}: {total:.1f} s in all",

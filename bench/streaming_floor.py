@@ -45,7 +45,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from bench.profile import model_timer
+from bench.profile import meter_workspace_day, model_timer
 from gpumeter.config import load_config
 from gpumeter.ingest.contract import day_bounds_ms, lookback_ms
 from gpumeter.ingest.schema import (
@@ -56,10 +56,7 @@ from gpumeter.ingest.schema import (
     DCGM_POWER,
     DCGM_XID,
 )
-from gpumeter.models.partition import read_raw_day
 from gpumeter.models.project import load_models
-from gpumeter.models.runner import meter_day
-from gpumeter.storage.warehouse import Warehouse
 from gpumeter_sim import FactorySpec
 
 # The metrics read, in name order (the sorted files' order within a sample): a value above its limit is
@@ -120,18 +117,7 @@ def sort_files(work: Path, day: str) -> dict[str, Any]:
 def compute_inputs(work: Path, day: str) -> dict[str, Any]:
     """Run the input models alone (and what they read) over the day, untimed, and write them for the pass as
     <work>/floor-inputs/<model>.parquet."""
-    config = load_config(work / "config.yaml")
-    warehouse = Warehouse.of(config.warehouse)
-    cluster = config.clusters[0].name
-    metered = date.fromisoformat(day)
-    tables = meter_day(
-        read_raw_day(warehouse, cluster, metered),
-        config,
-        cluster,
-        metered,
-        select=INPUT_MODELS,
-        temp_directory=warehouse.scratch_dir("streaming-floor"),
-    )
+    tables = meter_workspace_day(work, date.fromisoformat(day), "streaming-floor", select=INPUT_MODELS)
     out = work / "floor-inputs"
     out.mkdir(exist_ok=True)
     for name in INPUT_MODELS:
@@ -695,17 +681,7 @@ def model_truth(tables: dict[str, pa.Table]) -> dict[str, int]:
 
 def check(work: Path, day: str) -> dict[str, Any]:
     """The pass against the models over one bench workspace's day (both run here; untimed)."""
-    config = load_config(work / "config.yaml")
-    cluster = config.clusters[0].name
-    metered = date.fromisoformat(day)
-    tables = meter_day(
-        read_raw_day(Warehouse.of(config.warehouse), cluster, metered),
-        config,
-        cluster,
-        metered,
-        select=MODELS_CHECKED,
-    )
-    truth = model_truth(tables)
+    truth = model_truth(meter_workspace_day(work, date.fromisoformat(day), select=MODELS_CHECKED))
     got = run_pass(work, day, threads=2, store=None)
     differ = {
         k: (got[k], truth[k])
@@ -732,14 +708,10 @@ def downstream(work: Path, day: str, stored: str, parts: int = 80) -> dict[str, 
     `pass --store parquet` writes them); `duckdb` meters the day with those two models loaded from the files
     into tables (the load is the pass's store, not counted), `parquet` with the two as views over the files.
     Reported: the seconds of the models other than the five the pass stands for."""
-    config = load_config(work / "config.yaml")
-    warehouse = Warehouse.of(config.warehouse)
-    cluster = config.clusters[0].name
     metered = date.fromisoformat(day)
-    raw = read_raw_day(warehouse, cluster, metered)
     folder = work / "downstream"
     if stored == "setup":
-        tables = meter_day(raw, config, cluster, metered, select=PASS_TABLES)
+        tables = meter_workspace_day(work, metered, select=PASS_TABLES)
         shutil.rmtree(folder, ignore_errors=True)
         for name, rows in tables.items():
             (folder / name).mkdir(parents=True)
@@ -764,16 +736,7 @@ def downstream(work: Path, day: str, stored: str, parts: int = 80) -> dict[str, 
         models.append(model)
     seconds, on_model = model_timer()
     started = time.perf_counter()
-    meter_day(
-        raw,
-        config,
-        cluster,
-        metered,
-        on_model=on_model,
-        keep_layers=("marts",),
-        temp_directory=warehouse.scratch_dir("downstream"),
-        models=models,
-    )
+    meter_workspace_day(work, metered, "downstream", on_model=on_model, keep_layers=("marts",), models=models)
     return {
         "step": f"downstream_{stored}",
         "meter_s": time.perf_counter() - started,
