@@ -216,8 +216,9 @@ def test_the_streaming_pass_agrees_on_a_changing_day_with_broken_readings(tmp_pa
     plain_at = pc.index(pc.and_(pc.and_(gr, in_day), pc.is_null(rows["vgpu"])), True).as_py()
     value = rows["value"].to_pylist()
     value[copy_at] = 1.0 if value[copy_at] < 0.5 else 0.0  # the twin still says what it said
-    twice = rows.slice(plain_at, 1).set_column(3, "value", pa.array([value[plain_at] / 2 + 0.25]))
-    rows = pa.concat_tables([rows.set_column(3, "value", pa.array(value)), twice])
+    at = rows.schema.get_field_index("value")
+    twice = rows.slice(plain_at, 1).set_column(at, "value", pa.array([value[plain_at] / 2 + 0.25]))
+    rows = pa.concat_tables([rows.set_column(at, "value", pa.array(value)), twice])
     pq.write_table(rows, raw)
     day = spec.start.isoformat()
     streaming_floor.sort_files(ws.root, day)
