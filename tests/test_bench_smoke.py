@@ -14,7 +14,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
-from bench import fleet, sorted_pivot, streaming_floor
+from bench import cores, fleet, sorted_pivot, streaming_floor
 from bench.pandas_meter import cost_by_namespace
 from gpumeter.config import load_config
 from gpumeter.ingest.contract import day_bounds_ms, lookback_ms
@@ -229,3 +229,30 @@ def test_the_streaming_pass_agrees_on_a_changing_day_with_broken_readings(tmp_pa
     assert got["vgpu_copy_conflicts"] == 1 and got["series_samples_with_copies"] == 1
     assert got["unschedulable_gpu_samples"] > 0 and got["mig_gpu_samples_in_day"] > 0
     assert got["shared_holder_pairs"] > 0 and got["mig_price_units"] > 0
+
+
+def test_cores_reports_each_rounds_ratios_and_each_steps_speedup() -> None:
+    """bench.cores' summary, by hand: a/b′ of the meter and of each design (its pass plus the later models)
+    per round and core count, and each step's mean over the rounds on one core over its mean on two."""
+
+    def measured(scale: float) -> dict[str, float]:
+        return {
+            "b_prime_s": 10.0 * scale,
+            "pass_duckdb_s": 20.0 * scale,
+            "pass_parquet_s": 15.0 * scale,
+            "later_over_tables_s": 18.0 * scale,
+            "later_over_views_s": 24.0 * scale,
+            "meter_s": 90.0 * scale,
+            "meter_cpu_s": 180.0,
+        }
+
+    rounds = [{"1": measured(2.0), "2": measured(1.0)}, {"1": measured(2.2), "2": measured(1.2)}]
+    got = cores.summarize(rounds)
+    # (20 + 18) / 10 = 3.8 and (15 + 24) / 10 = 3.9, at any scale; the meter 90 / 10.
+    assert (
+        got["a_over_b_prime"]
+        == [{c: {"meter": 9.0, "design_duckdb": 3.8, "design_parquet": 3.9} for c in ("1", "2")}] * 2
+    )
+    # Mean scale 2.1 on one core, 1.1 on two: every timed step speeds up by 2.1 / 1.1 = 1.91 (CPU not timed).
+    assert got["speedup_1_to_2"] == {k: 1.91 for k in measured(1.0) if k != "meter_cpu_s"}
+    assert got["mean_s"]["1"]["b_prime_s"] == 21.0 and got["mean_s"]["2"]["meter_s"] == 99.0

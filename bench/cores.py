@@ -1,0 +1,134 @@
+"""How the meter, the one-pass design and (b′) scale from one core to two: each step in its own process pinned
+to the cores by `taskset`, the core counts alternated, wall from the step's own report and CPU from wait4.
+
+    .venv/bin/python -m bench.cores --work /var/tmp/gbk3/fleet-10000 --gpus 10000 --rounds 2
+
+`--work` is a bench workspace with the day sorted by GPU and the pass's inputs (`bench.streaming_floor sort`,
+`inputs`) and the two tables written for the later models (`bench.streaming_floor downstream --stored setup`).
+Reported per round: a/b′ on one core and on two, for the meter and for the one-pass design built either way;
+over the rounds, each step's speedup from one core to two.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def _run(cores: int, cmd: list[str], result: Path | None = None) -> dict[str, Any]:
+    """One step pinned to the first `cores` CPUs: its own report (stdout JSON, or the `result` file), plus
+    wall and CPU seconds of the whole child."""
+    pinned = [shutil.which("taskset") or "taskset", "-c", f"0-{cores - 1}", sys.executable, "-m", *cmd]
+    env = {**os.environ, "PYTHONPATH": f"{REPO / 'src'}:{REPO}"}
+    started = time.perf_counter()
+    process = subprocess.Popen(pinned, cwd=REPO, env=env, stdout=subprocess.PIPE)
+    out = process.stdout.read() if process.stdout else b""
+    _, status, usage = os.wait4(process.pid, 0)
+    if os.waitstatus_to_exitcode(status):
+        raise SystemExit(f"bench step failed: {' '.join(pinned)}")
+    report = json.loads(result.read_text(encoding="utf-8") if result else out)
+    report["process_wall_s"] = time.perf_counter() - started
+    report["process_cpu_s"] = usage.ru_utime + usage.ru_stime
+    return report
+
+
+def one_round(work: Path, gpus: int, cores: int) -> dict[str, float]:
+    """On `cores` cores: (b′); the pass with its tables stored in DuckDB, and then as Parquet; the later
+    models over those tables loaded into DuckDB (the load is reported apart: the pass's insert stands for it),
+    and then over the Parquet files as views; and (a)."""
+    fleet = ["bench.fleet", "step"]
+    common = ["--work", str(work), "--gpus", str(gpus)]
+    result = work / ".cores-step.json"
+    floor = _run(cores, [*fleet, "sample_floor", *common, "--result", str(result)], result)
+    passes = ["bench.streaming_floor", "pass", "--work", str(work), "--threads", str(cores), "--store"]
+    later = ["bench.streaming_floor", "downstream", "--work", str(work), "--stored"]
+    pass_duckdb = _run(cores, [*passes, "duckdb"])
+    pass_parquet = _run(cores, [*passes, "parquet"])
+    later_tables = _run(cores, [*later, "duckdb"])
+    later_views = _run(cores, [*later, "parquet"])
+    meter = _run(cores, [*fleet, "meter", *common, "--result", str(result)], result)
+    return {
+        "b_prime_s": floor["wall_s"],
+        "b_prime_cpu_s": floor["process_cpu_s"],
+        "pass_duckdb_s": pass_duckdb["wall_s"],
+        "pass_duckdb_cpu_s": pass_duckdb["cpu_s"],
+        "pass_parquet_s": pass_parquet["wall_s"],
+        "pass_parquet_cpu_s": pass_parquet["cpu_s"],
+        "pass_peak_rss_mib": max(pass_duckdb["peak_rss_mib"], pass_parquet["peak_rss_mib"]),
+        "later_over_tables_s": later_tables["other_models_s"],
+        "tables_loaded_s": sum(later_tables["pass_tables_s"].values()),
+        "later_over_views_s": later_views["other_models_s"],
+        "meter_s": meter["wall_s"],
+        "meter_cpu_s": meter["process_cpu_s"],
+    }
+
+
+# The two ways to build the design (bench/README, "The one-pass floor made complete"): the pass's tables
+# inserted into DuckDB and the later models over them, or written as Parquet and read as views.
+DESIGNS = {
+    "design_duckdb": ("pass_duckdb_s", "later_over_tables_s"),
+    "design_parquet": ("pass_parquet_s", "later_over_views_s"),
+}
+
+
+def ratios(measured: dict[str, float]) -> dict[str, float]:
+    """a/b′ of one round on one core count: the meter's, and each design's (its pass plus the later models)."""
+    floor = measured["b_prime_s"]
+    got = {"meter": round(measured["meter_s"] / floor, 2)}
+    for name, steps in DESIGNS.items():
+        got[name] = round(sum(measured[step] for step in steps) / floor, 2)
+    return got
+
+
+def summarize(rounds: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per round and core count, a/b′; over the rounds, each step's mean seconds and its speedup from one core
+    to two. No projection to more cores: with two points, a step that scales by more than two (as (b′) can,
+    its one-core run holding two DuckDB threads on one core) fits a negative serial share."""
+    mean: dict[str, dict[str, float]] = {}
+    for cores in ("1", "2"):
+        runs = [r[cores] for r in rounds]
+        mean[cores] = {k: round(sum(r[k] for r in runs) / len(runs), 2) for k in runs[0]}
+    timed = [k for k in mean["1"] if k.endswith("_s") and not k.endswith("_cpu_s")]
+    return {
+        "a_over_b_prime": [{cores: ratios(r[cores]) for cores in ("1", "2")} for r in rounds],
+        "mean_s": mean,
+        "speedup_1_to_2": {k: round(mean["1"][k] / mean["2"][k], 2) for k in timed},
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.cores", description=__doc__.splitlines()[0])
+    parser.add_argument("--work", type=Path, required=True)
+    parser.add_argument("--gpus", type=int, required=True)
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--out", type=Path, help="write the rounds and their summary here as JSON")
+    args = parser.parse_args(argv)
+    if len(os.sched_getaffinity(0)) < 2:
+        raise SystemExit("bench.cores needs two CPUs to compare one core with two")
+    rounds: list[dict[str, Any]] = []
+    for number in range(args.rounds):
+        # Alternated: round 1 runs two cores first, round 2 one core first.
+        order = (2, 1) if number % 2 == 0 else (1, 2)
+        measured: dict[str, Any] = {}
+        for cores in order:
+            measured[str(cores)] = one_round(args.work, args.gpus, cores)
+            print(json.dumps({"round": number + 1, "cores": cores, **measured[str(cores)]}), flush=True)
+        rounds.append(measured)
+    report = {"fleet_gpus": args.gpus, "rounds": rounds, **summarize(rounds)}
+    if args.out:
+        args.out.write_text(json.dumps(report, indent=1) + "\n", encoding="utf-8")
+    print(json.dumps(report, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
