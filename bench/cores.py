@@ -1,5 +1,6 @@
-"""How the meter, the one-pass design and (b′) scale from one core to two: each step in its own process pinned
-to the cores by `taskset`, the core counts alternated, wall from the step's own report and CPU from wait4.
+"""How the meter, the one-pass design and (b′) scale from one core to two: each step in its own process, pinned
+to the cores as `taskset` would pin it, the core counts alternated; wall from the step's own report, CPU from
+wait4.
 
     .venv/bin/python -m bench.cores --work /var/tmp/gbk3/fleet-10000 --gpus 10000 --rounds 2
 
@@ -14,10 +15,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -25,18 +24,22 @@ REPO = Path(__file__).resolve().parent.parent
 
 
 def _run(cores: int, cmd: list[str], result: Path | None = None) -> dict[str, Any]:
-    """One step pinned to the first `cores` CPUs: its own report (stdout JSON, or the `result` file), plus
-    wall and CPU seconds of the whole child."""
-    pinned = [shutil.which("taskset") or "taskset", "-c", f"0-{cores - 1}", sys.executable, "-m", *cmd]
+    """One step in a child process pinned to the first `cores` CPUs this process may use: its own report
+    (stdout JSON, or the `result` file), plus the CPU seconds of the whole child."""
+    cpus = sorted(os.sched_getaffinity(0))[:cores]
     env = {**os.environ, "PYTHONPATH": f"{REPO / 'src'}:{REPO}"}
-    started = time.perf_counter()
-    process = subprocess.Popen(pinned, cwd=REPO, env=env, stdout=subprocess.PIPE)
+    process = subprocess.Popen(
+        [sys.executable, "-m", *cmd],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        preexec_fn=lambda: os.sched_setaffinity(0, cpus),  # safe: this process runs no threads
+    )
     out = process.stdout.read() if process.stdout else b""
     _, status, usage = os.wait4(process.pid, 0)
     if os.waitstatus_to_exitcode(status):
-        raise SystemExit(f"bench step failed: {' '.join(pinned)}")
+        raise SystemExit(f"bench step failed on {cores} core(s): python -m {' '.join(cmd)}")
     report = json.loads(result.read_text(encoding="utf-8") if result else out)
-    report["process_wall_s"] = time.perf_counter() - started
     report["process_cpu_s"] = usage.ru_utime + usage.ru_stime
     return report
 
