@@ -3,11 +3,14 @@ to the cores as `taskset` would pin it, the core counts alternated; wall from th
 wait4.
 
     .venv/bin/python -m bench.cores --work /var/tmp/gbk3/fleet-10000 --gpus 10000 --rounds 2
+    .venv/bin/python -m bench.cores --work /var/tmp/gbk3/fleet-10000 --gpus 10000 --rounds 3 --cores 2
 
 `--work` is a bench workspace with the day sorted by GPU and the pass's inputs (`bench.streaming_floor sort`,
 `inputs`) and the two tables written for the later models (`bench.streaming_floor downstream --stored setup`).
-Reported per round: a/b′ on one core and on two, for the meter and for the one-pass design built either way;
-over the rounds, each step's speedup from one core to two.
+Reported per round: a/b′ on one core and on two, for the meter, for the one-pass design built either way, and
+for the floor of a pass carried on to the mart grain (the pass summing each file's samples per device, holder
+and hour, nothing per sample stored, plus the models no DCGM row reaches; without the billing rules such a
+pass would still have to apply); over the rounds, each step's speedup from one core to two (with `--cores 1,2`).
 """
 
 from __future__ import annotations
@@ -47,7 +50,8 @@ def _run(cores: int, cmd: list[str], result: Path | None = None) -> dict[str, An
 def one_round(work: Path, gpus: int, cores: int) -> dict[str, float]:
     """On `cores` cores: (b′); the pass with its tables stored in DuckDB, and then as Parquet; the later
     models over those tables loaded into DuckDB (the load is reported apart: the pass's insert stands for it),
-    and then over the Parquet files as views; and (a)."""
+    and then over the Parquet files as views; the pass summed to the mart grain, and the models no DCGM row
+    reaches; and (a)."""
     fleet = ["bench.fleet", "step"]
     common = ["--work", str(work), "--gpus", str(gpus)]
     result = work / ".cores-step.json"
@@ -58,6 +62,8 @@ def one_round(work: Path, gpus: int, cores: int) -> dict[str, float]:
     pass_parquet = _run(cores, [*passes, "parquet"])
     later_tables = _run(cores, [*later, "duckdb"])
     later_views = _run(cores, [*later, "parquet"])
+    pass_hourly = _run(cores, [*passes, "hourly"])
+    no_dcgm = _run(cores, ["bench.streaming_floor", "rest", "--work", str(work)])
     meter = _run(cores, [*fleet, "meter", *common, "--result", str(result)], result)
     return {
         "b_prime_s": floor["wall_s"],
@@ -70,16 +76,21 @@ def one_round(work: Path, gpus: int, cores: int) -> dict[str, float]:
         "later_over_tables_s": later_tables["other_models_s"],
         "tables_loaded_s": sum(later_tables["pass_tables_s"].values()),
         "later_over_views_s": later_views["other_models_s"],
+        "pass_hourly_s": pass_hourly["wall_s"],
+        "pass_hourly_peak_rss_mib": pass_hourly["peak_rss_mib"],
+        "no_dcgm_models_s": no_dcgm["wall_s"],
         "meter_s": meter["wall_s"],
         "meter_cpu_s": meter["process_cpu_s"],
     }
 
 
 # The two ways to build the design (bench/README, "The one-pass floor made complete"): the pass's tables
-# inserted into DuckDB and the later models over them, or written as Parquet and read as views.
+# inserted into DuckDB and the later models over them, or written as Parquet and read as views. And the floor
+# of the pass carried on to the mart grain: its sums, and the models no DCGM row reaches (without the rules).
 DESIGNS = {
     "design_duckdb": ("pass_duckdb_s", "later_over_tables_s"),
     "design_parquet": ("pass_parquet_s", "later_over_views_s"),
+    "floor_mart_grain": ("pass_hourly_s", "no_dcgm_models_s"),
 }
 
 
@@ -93,19 +104,23 @@ def ratios(measured: dict[str, float]) -> dict[str, float]:
 
 
 def summarize(rounds: list[dict[str, Any]]) -> dict[str, Any]:
-    """Per round and core count, a/b′; over the rounds, each step's mean seconds and its speedup from one core
-    to two. No projection to more cores: with two points, a step that scales by more than two (as (b′) can,
-    its one-core run holding two DuckDB threads on one core) fits a negative serial share."""
+    """Per round and core count, a/b′; over the rounds, each step's mean seconds and, where the rounds ran on
+    one core and on two, its speedup from one to two. No projection to more cores: with two points, a step that
+    scales by more than two (as (b′) can, its one-core run holding two DuckDB threads on one core) fits a
+    negative serial share."""
+    counts = list(rounds[0])
     mean: dict[str, dict[str, float]] = {}
-    for cores in ("1", "2"):
+    for cores in counts:
         runs = [r[cores] for r in rounds]
         mean[cores] = {k: round(sum(r[k] for r in runs) / len(runs), 2) for k in runs[0]}
-    timed = [k for k in mean["1"] if k.endswith("_s") and not k.endswith("_cpu_s")]
-    return {
-        "a_over_b_prime": [{cores: ratios(r[cores]) for cores in ("1", "2")} for r in rounds],
+    report = {
+        "a_over_b_prime": [{cores: ratios(r[cores]) for cores in counts} for r in rounds],
         "mean_s": mean,
-        "speedup_1_to_2": {k: round(mean["1"][k] / mean["2"][k], 2) for k in timed},
     }
+    if {"1", "2"} <= set(counts):
+        timed = [k for k in mean["1"] if k.endswith("_s") and not k.endswith("_cpu_s")]
+        report["speedup_1_to_2"] = {k: round(mean["1"][k] / mean["2"][k], 2) for k in timed}
+    return report
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -114,13 +129,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--gpus", type=int, required=True)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--out", type=Path, help="write the rounds and their summary here as JSON")
+    parser.add_argument(
+        "--cores", choices=("1,2", "1", "2"), default="1,2", help="the core counts to run each round on"
+    )
     args = parser.parse_args(argv)
-    if len(os.sched_getaffinity(0)) < 2:
-        raise SystemExit("bench.cores needs two CPUs to compare one core with two")
+    counts = tuple(int(c) for c in args.cores.split(","))
+    if len(os.sched_getaffinity(0)) < max(counts):
+        raise SystemExit(f"bench.cores --cores {args.cores} needs {max(counts)} CPUs this process may use")
     rounds: list[dict[str, Any]] = []
     for number in range(args.rounds):
         # Alternated: round 1 runs two cores first, round 2 one core first.
-        order = (2, 1) if number % 2 == 0 else (1, 2)
+        order = counts[::-1] if number % 2 == 0 else counts
         measured: dict[str, Any] = {}
         for cores in order:
             measured[str(cores)] = one_round(args.work, args.gpus, cores)

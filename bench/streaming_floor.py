@@ -22,7 +22,11 @@ unschedulable spans: they run before it in (a)) and writes them to <work>/floor-
 same integer argsort it already does, by another key). `pass` reads the sorted files and reports wall and CPU
 seconds, rows and samples. `downstream` meters the day with the models' own GPU and MIG instance samples
 given as DuckDB tables or Parquet views (`--stored setup` writes them once): what the models after the pass
-cost either way. Run `bench.fleet step sample_floor` alternated with `pass` for (b′) side by side.
+cost either way. `pass --store hourly` carries the pass on to the grain the marts sum (each file's GPU and MIG
+instance samples summed per device, holder and hour, nothing per sample stored) and `rest` meters the models no
+DCGM row reaches: together, the floor of a design that stores nothing per sample, without the billing rules
+it would still apply. Run `bench.fleet step sample_floor` alternated with `pass` for (b′) side by side
+(`bench.cores` runs every step so).
 """
 
 from __future__ import annotations
@@ -547,6 +551,44 @@ def one_file(
     return counts, tables, frozenset(gpu_names)
 
 
+HOUR_MS = 3_600_000
+# The mart grain's keys (`--store hourly`): a GPU's or MIG instance's samples summed per hour and holder, and
+# per what decides their category (R11: held or not, MIG, unhealthy, on an unschedulable node).
+HOURLY = {
+    "gpu_samples": (
+        ("gpu", "hour", "holder", "is_mig", "unhealthy", "unschedulable"),
+        [
+            ("ts_ms", "count"),
+            ("busy", "sum"),
+            ("price_units", "sum"),
+            ("energy_mj", "sum"),
+            ("fb_used_mib", "max"),
+        ],
+    ),
+    "instance_samples": (
+        ("gpu", "instance", "hour", "holder", "unhealthy", "unschedulable"),
+        [
+            ("ts_ms", "count"),
+            ("busy", "sum"),
+            ("price_units", "sum"),
+            ("energy_mj", "sum"),
+            ("weight", "sum"),
+        ],
+    ),
+}
+
+
+def _hourly(tables: dict[str, pa.Table]) -> dict[str, pa.Table]:
+    """One file's GPU and MIG instance samples summed to the grain the marts sum (device, holder, hour and
+    what decides the category): the design that stores nothing per sample, without its rules (a floor)."""
+    out = {}
+    for name, (keys, aggregates) in HOURLY.items():
+        rows = tables[name]
+        rows = rows.append_column("hour", pc.divide(rows["ts_ms"], HOUR_MS))
+        out[name] = rows.group_by(list(keys)).aggregate(aggregates)
+    return out
+
+
 def _write_parquet(out: Path, part: str, tables: dict[str, pa.Table]) -> None:
     """One file's tables as <out>/<table>/<part>.parquet (Snappy), written by the thread that made them."""
     for name, rows in tables.items():
@@ -556,8 +598,9 @@ def _write_parquet(out: Path, part: str, tables: dict[str, pa.Table]) -> None:
 
 def run_pass(work: Path, day: str, threads: int, store: str | None) -> dict[str, Any]:
     """The pass over the day's sorted files, `threads` files at a time. `store`: none, "duckdb" (the tables in
-    a DuckDB database file, inserted by this thread, as the runner's models are) or "parquet" (one Parquet
-    file per table and sorted file, written by the thread that made it)."""
+    a DuckDB database file, inserted by this thread, as the runner's models are), "parquet" (one Parquet
+    file per table and sorted file, written by the thread that made it) or "hourly" (each file's samples
+    summed to the mart grain by its thread, `_hourly`, and kept in memory: nothing per sample is stored)."""
     start_ms, end_ms = day_bounds_ms(date.fromisoformat(day))
     config = load_config(work / "config.yaml")
     cluster = config.clusters[0].name
@@ -566,6 +609,7 @@ def run_pass(work: Path, day: str, threads: int, store: str | None) -> dict[str,
     totals: dict[str, int] = {}
     stored: set[str] = set()
     gpus_seen: dict[str, int] = {}
+    hourly: dict[str, list[pa.Table]] = {name: [] for name in HOURLY}
     before = resource.getrusage(resource.RUSAGE_SELF)
     started = time.perf_counter()
     inputs = DayInputs.load(work)
@@ -584,6 +628,8 @@ def run_pass(work: Path, day: str, threads: int, store: str | None) -> dict[str,
             counts, tables, gpus = one_file(path, start_ms, end_ms, window_start_ms, scrape_ms, inputs)
             if store == "parquet":
                 _write_parquet(out, path.stem, tables)
+            elif store == "hourly":
+                tables = _hourly(tables)
             return counts, tables, gpus
 
         for counts, tables, gpus in pool.map(work_file, files):
@@ -591,7 +637,10 @@ def run_pass(work: Path, day: str, threads: int, store: str | None) -> dict[str,
                 totals[key] = totals.get(key, 0) + count
             for uuid in gpus:
                 gpus_seen[uuid] = gpus_seen.get(uuid, 0) + 1
-            if store == "duckdb":
+            if store == "hourly":
+                for name in HOURLY:
+                    hourly[name].append(tables[name])
+            elif store == "duckdb":
                 for name, rows in tables.items():
                     verb = f"insert into {name}" if name in stored else f"create table {name} as"
                     stored.add(name)
@@ -609,6 +658,10 @@ def run_pass(work: Path, day: str, threads: int, store: str | None) -> dict[str,
             totals[f"stored_{folder.name}"] = sum(
                 pq.ParquetFile(f).metadata.num_rows for f in folder.iterdir()
             )
+    for name, parts in hourly.items():
+        totals[f"hourly_{name}"] = sum(part.num_rows for part in parts)
+        for column in ("ts_ms_count", "price_units_sum"):
+            totals[f"hourly_{name}_{column}"] = sum(int(pc.sum(part[column]).as_py() or 0) for part in parts)
     database.unlink(missing_ok=True)
     shutil.rmtree(out, ignore_errors=True)
     wall = time.perf_counter() - started
@@ -666,6 +719,13 @@ select
         )
     ) as shared_holder_pairs
 """
+# The hourly sums (`--store hourly`) against the models' counts and sums.
+HOURLY_CHECKED = {
+    "hourly_gpu_samples_ts_ms_count": "gpu_samples_in_day",
+    "hourly_gpu_samples_price_units_sum": "price_units",
+    "hourly_instance_samples_ts_ms_count": "mig_instance_samples",
+    "hourly_instance_samples_price_units_sum": "mig_price_units",
+}
 # Sums of floating-point fractions, added in another order: equal to within the last digit.
 ROUNDED = ("busy_sum_x1e6", "mig_busy_sum_x1e6", "mig_weight_sum_x1e6")
 
@@ -682,12 +742,16 @@ def model_truth(tables: dict[str, pa.Table]) -> dict[str, int]:
 def check(work: Path, day: str) -> dict[str, Any]:
     """The pass against the models over one bench workspace's day (both run here; untimed)."""
     truth = model_truth(meter_workspace_day(work, date.fromisoformat(day), select=MODELS_CHECKED))
-    got = run_pass(work, day, threads=2, store=None)
+    got = run_pass(work, day, threads=2, store="hourly")
     differ = {
         k: (got[k], truth[k])
         for k in truth
         if (abs(got[k] - truth[k]) > 1 if k in ROUNDED else got[k] != truth[k])
     }
+    # The mart grain's sums keep every sample and every unit of price the models hold.
+    for summed, counted in HOURLY_CHECKED.items():
+        if got[summed] != truth[counted]:
+            differ[summed] = (got[summed], truth[counted])
     return {"step": "check", "equal": not differ, "differ": differ, **truth}
 
 
@@ -745,6 +809,34 @@ def downstream(work: Path, day: str, stored: str, parts: int = 80) -> dict[str, 
         "slowest_other_models_s": dict(
             sorted(((k, v) for k, v in seconds.items() if k not in PASS_MODELS), key=lambda kv: -kv[1])[:8]
         ),
+    }
+
+
+def models_reading_no_dcgm_row() -> tuple[str, ...]:
+    """The models nothing of the day's DCGM rows reaches (kube-state-metrics, OpenCost, Kueue and DRA spans):
+    what a design that sums the samples to the mart grain in one pass would still run before it."""
+    reached = {"raw_dcgm_samples"}
+    models = load_models()
+    for model in models:  # in dependency order
+        if reached.intersection(model.deps):
+            reached.add(model.name)
+    return tuple(model.name for model in models if model.name not in reached)
+
+
+def rest(work: Path, day: str) -> dict[str, Any]:
+    """The day's models that read no DCGM row (`models_reading_no_dcgm_row`), metered alone and timed."""
+    selected = models_reading_no_dcgm_row()
+    seconds, on_model = model_timer()
+    started = time.perf_counter()
+    meter_workspace_day(work, date.fromisoformat(day), "rest", on_model=on_model, select=selected)
+    wall = time.perf_counter() - started
+    return {
+        "step": "no_dcgm_models",
+        "wall_s": wall,
+        "models_s": sum(seconds.values()),
+        "models": len(selected),
+        "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "slowest_models_s": dict(sorted(seconds.items(), key=lambda kv: -kv[1])[:6]),
     }
 
 
@@ -808,7 +900,9 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
         prog="python -m bench.streaming_floor", description=__doc__.split("\n\n")[0]
     )
-    parser.add_argument("what", choices=("sort", "inputs", "pass", "check", "downstream", "window-keys"))
+    parser.add_argument(
+        "what", choices=("sort", "inputs", "pass", "check", "downstream", "rest", "window-keys")
+    )
     parser.add_argument("--work", type=Path, required=True)
     parser.add_argument("--day", default=FactorySpec().start.isoformat())
     parser.add_argument("--threads", type=int, default=2, help="files passed at once (pass)")
@@ -816,9 +910,9 @@ def main(argv: list[str] | None = None) -> None:
         "--store",
         nargs="?",
         const="duckdb",
-        choices=("duckdb", "parquet"),
-        help="store the day's GPU and MIG instance samples: in a DuckDB file (the default), or in Parquet files "
-        "written by the threads that make them (pass)",
+        choices=("duckdb", "parquet", "hourly"),
+        help="store the day's GPU and MIG instance samples: in a DuckDB file (the default), in Parquet files "
+        "written by the threads that make them, or summed to the mart grain in memory, nothing per sample (pass)",
     )
     parser.add_argument(
         "--stored",
@@ -835,6 +929,8 @@ def main(argv: list[str] | None = None) -> None:
         result = downstream(args.work, args.day, args.stored)
     elif args.what == "check":
         result = check(args.work, args.day)
+    elif args.what == "rest":
+        result = rest(args.work, args.day)
     elif args.what == "pass":
         result = run_pass(args.work, args.day, args.threads, args.store)
     else:

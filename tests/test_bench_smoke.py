@@ -187,6 +187,16 @@ def test_the_streaming_pass_agrees_with_the_models_it_stands_for(tmp_path: Path)
             got["gpu_samples_in_day"],
             got["mig_instance_samples"],
         )
+    # Summed to the mart grain (its sums are checked in `check`): an hour's samples of a device and holder
+    # are one row.
+    hourly = streaming_floor.run_pass(ws.root, day, threads=2, store="hourly")
+    assert 0 < hourly["hourly_gpu_samples"] < got["gpu_samples_in_day"] / 60
+    assert 0 < hourly["hourly_instance_samples"] < got["mig_instance_samples"] / 60
+    # What such a pass would leave in SQL: the models no DCGM row reaches, metered alone.
+    no_dcgm = set(streaming_floor.models_reading_no_dcgm_row())
+    assert {"stg_kube_spans", "stg_opencost_prices", "int_node_gpu_price_spans"} <= no_dcgm
+    assert not no_dcgm & {"stg_dcgm_series", "int_gpu_samples", "int_holders", "mart_device_seconds"}
+    assert streaming_floor.rest(ws.root, day)["models"] == len(no_dcgm)
     # The later models over the two tables as DuckDB tables or as Parquet views (the store's other half).
     assert streaming_floor.downstream(ws.root, day, "setup")["int_gpu_samples"] == got["gpu_samples_in_day"]
     for kind in ("duckdb", "parquet"):
@@ -242,17 +252,21 @@ def test_cores_reports_each_rounds_ratios_and_each_steps_speedup() -> None:
             "pass_parquet_s": 15.0 * scale,
             "later_over_tables_s": 18.0 * scale,
             "later_over_views_s": 24.0 * scale,
+            "pass_hourly_s": 12.0 * scale,
+            "no_dcgm_models_s": 5.0 * scale,
             "meter_s": 90.0 * scale,
             "meter_cpu_s": 180.0,
         }
 
     rounds = [{"1": measured(2.0), "2": measured(1.0)}, {"1": measured(2.2), "2": measured(1.2)}]
     got = cores.summarize(rounds)
-    # (20 + 18) / 10 = 3.8 and (15 + 24) / 10 = 3.9, at any scale; the meter 90 / 10.
-    assert (
-        got["a_over_b_prime"]
-        == [{c: {"meter": 9.0, "design_duckdb": 3.8, "design_parquet": 3.9} for c in ("1", "2")}] * 2
-    )
+    # (20 + 18) / 10 = 3.8, (15 + 24) / 10 = 3.9 and (12 + 5) / 10 = 1.7, at any scale; the meter 90 / 10.
+    by_hand = {"meter": 9.0, "design_duckdb": 3.8, "design_parquet": 3.9, "floor_mart_grain": 1.7}
+    assert got["a_over_b_prime"] == [{c: by_hand for c in ("1", "2")}] * 2
     # Mean scale 2.1 on one core, 1.1 on two: every timed step speeds up by 2.1 / 1.1 = 1.91 (CPU not timed).
     assert got["speedup_1_to_2"] == {k: 1.91 for k in measured(1.0) if k != "meter_cpu_s"}
     assert got["mean_s"]["1"]["b_prime_s"] == 21.0 and got["mean_s"]["2"]["meter_s"] == 99.0
+    # Rounds on two cores only: the ratios and means, and no speedup to report.
+    two_only = cores.summarize([{"2": measured(1.0)}, {"2": measured(1.2)}])
+    assert two_only["a_over_b_prime"] == [{"2": by_hand}] * 2 and "speedup_1_to_2" not in two_only
+    assert two_only["mean_s"]["2"]["pass_hourly_s"] == 13.2
