@@ -60,7 +60,7 @@ from gpumeter.ingest.schema import (
     DCGM_POWER,
     DCGM_XID,
 )
-from gpumeter.models.project import load_models
+from gpumeter.models.project import load_models, reads
 from gpumeter_sim import FactorySpec
 
 # The metrics read, in name order (the sorted files' order within a sample): a value above its limit is
@@ -817,8 +817,8 @@ def models_reading_no_dcgm_row() -> tuple[str, ...]:
     what a design that sums the samples to the mart grain in one pass would still run before it."""
     reached = {"raw_dcgm_samples"}
     models = load_models()
-    for model in models:  # in dependency order
-        if reached.intersection(model.deps):
+    for model in models:  # in dependency order; what it reads as the runner selects it (assertions, views)
+        if reached.intersection(reads(model, models)):
             reached.add(model.name)
     return tuple(model.name for model in models if model.name not in reached)
 
