@@ -95,7 +95,7 @@ DESIGNS = {
 
 
 def ratios(measured: dict[str, float]) -> dict[str, float]:
-    """a/b′ of one round on one core count: the meter's, and each design's (its pass plus the later models)."""
+    """a/b′ of one round on one core count: the meter's, and each design's (the sum of its steps, DESIGNS)."""
     floor = measured["b_prime_s"]
     got = {"meter": round(measured["meter_s"] / floor, 2)}
     for name, steps in DESIGNS.items():
