@@ -6,11 +6,14 @@ wait4.
     .venv/bin/python -m bench.cores --work /var/tmp/gbk3/fleet-10000 --gpus 10000 --rounds 3 --cores 2
 
 `--work` is a bench workspace with the day sorted by GPU and the pass's inputs (`bench.streaming_floor sort`,
-`inputs`) and the two tables written for the later models (`bench.streaming_floor downstream --stored setup`).
-Reported per round: a/b′ on one core and on two, for the meter, for the one-pass design built either way, and
-for the floor of a pass carried on to the mart grain (the pass summing each file's samples per device, holder
+`inputs`) and the two tables written for the later models (`bench.streaming_floor downstream --stored setup`,
+and again with `--bucket-s`, compressed).
+Reported per round: a/b′ on one core and on two, for the meter, for the one-pass design built either way, for
+the floor of a pass carried on to the mart grain (the pass summing each file's samples per device, holder
 and hour, nothing per sample stored, plus the models no DCGM row reaches; without the billing rules such a
-pass would still have to apply); over the rounds, each step's speedup from one core to two (with `--cores 1,2`).
+pass would still have to apply), and for the floor of the compressed-samples design (the pass compressing each
+file's samples per device, time bucket and key, and the SQL models over the compressed rows); over the rounds,
+each step's speedup from one core to two (with `--cores 1,2`).
 """
 
 from __future__ import annotations
@@ -47,11 +50,12 @@ def _run(cores: int, cmd: list[str], result: Path | None = None) -> dict[str, An
     return report
 
 
-def one_round(work: Path, gpus: int, cores: int) -> dict[str, float]:
+def one_round(work: Path, gpus: int, cores: int, bucket_s: int = 900) -> dict[str, float]:
     """On `cores` cores: (b′); the pass with its tables stored in DuckDB, and then as Parquet; the later
     models over those tables loaded into DuckDB (the load is reported apart: the pass's insert stands for it),
     and then over the Parquet files as views; the pass summed to the mart grain, and the models no DCGM row
-    reaches; and (a)."""
+    reaches; the pass compressing each file's samples per `bucket_s`, and the later models over the two
+    tables so compressed; and (a)."""
     fleet = ["bench.fleet", "step"]
     common = ["--work", str(work), "--gpus", str(gpus)]
     result = work / ".cores-step.json"
@@ -64,6 +68,9 @@ def one_round(work: Path, gpus: int, cores: int) -> dict[str, float]:
     later_views = _run(cores, [*later, "parquet"])
     pass_hourly = _run(cores, [*passes, "hourly"])
     no_dcgm = _run(cores, ["bench.streaming_floor", "rest", "--work", str(work)])
+    bucket = ["--bucket-s", str(bucket_s)]
+    pass_compressed = _run(cores, [*passes, "compressed", *bucket])
+    later_compressed = _run(cores, [*later, "duckdb", *bucket])
     meter = _run(cores, [*fleet, "meter", *common, "--result", str(result)], result)
     return {
         "b_prime_s": floor["wall_s"],
@@ -79,18 +86,24 @@ def one_round(work: Path, gpus: int, cores: int) -> dict[str, float]:
         "pass_hourly_s": pass_hourly["wall_s"],
         "pass_hourly_peak_rss_mib": pass_hourly["peak_rss_mib"],
         "no_dcgm_models_s": no_dcgm["wall_s"],
+        "pass_compressed_s": pass_compressed["wall_s"],
+        "pass_compressed_peak_rss_mib": pass_compressed["peak_rss_mib"],
+        "later_over_compressed_s": later_compressed["other_models_s"],
         "meter_s": meter["wall_s"],
         "meter_cpu_s": meter["process_cpu_s"],
     }
 
 
 # The two ways to build the design (bench/README, "The one-pass floor made complete"): the pass's tables
-# inserted into DuckDB and the later models over them, or written as Parquet and read as views. And the floor
+# inserted into DuckDB and the later models over them, or written as Parquet and read as views. The floor
 # of the pass carried on to the mart grain: its sums, and the models no DCGM row reaches (without the rules).
+# And the floor of the compressed-samples design: the pass compressing each file's samples, and every later
+# model (those no DCGM row reaches among them) over the compressed rows, the billing rules still in SQL.
 DESIGNS = {
     "design_duckdb": ("pass_duckdb_s", "later_over_tables_s"),
     "design_parquet": ("pass_parquet_s", "later_over_views_s"),
     "floor_mart_grain": ("pass_hourly_s", "no_dcgm_models_s"),
+    "floor_compressed": ("pass_compressed_s", "later_over_compressed_s"),
 }
 
 
@@ -123,6 +136,17 @@ def summarize(rounds: list[dict[str, Any]]) -> dict[str, Any]:
     return report
 
 
+def kube_rows_not_spans(work: Path) -> list[Path]:
+    """The workspace's raw kube files still stored as rows: the pull stores spans, so a meter over rows would time
+    the conversion the ingest makes (`bench.fleet step kube_spans`) as (a)'s and the later models'."""
+    import pyarrow.parquet as pq
+
+    from gpumeter.ingest.kube_spans import is_spans
+
+    files = sorted((work / "warehouse" / "raw" / "raw_kube_samples").glob("cluster=*/day=*/*.parquet"))
+    return [f for f in files if not is_spans(pq.read_schema(f))]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.cores", description=__doc__.splitlines()[0])
     parser.add_argument("--work", type=Path, required=True)
@@ -132,8 +156,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--cores", choices=("1,2", "1", "2"), default="1,2", help="the core counts to run each round on"
     )
+    parser.add_argument(
+        "--bucket-s",
+        type=int,
+        default=900,
+        help="the compressed-samples design's time bucket (its later models need `bench.streaming_floor "
+        "downstream --stored setup --bucket-s` run once with it)",
+    )
     args = parser.parse_args(argv)
     counts = tuple(int(c) for c in args.cores.split(","))
+    if rows := kube_rows_not_spans(args.work):
+        raise SystemExit(
+            f"{rows[0]}: kube-state-metrics rows not stored as spans, as the pull stores them; run "
+            f"`python -m bench.fleet step kube_spans --work {args.work} --gpus {args.gpus} --result <file>` first"
+        )
     if len(os.sched_getaffinity(0)) < max(counts):
         raise SystemExit(f"bench.cores --cores {args.cores} needs {max(counts)} CPUs this process may use")
     rounds: list[dict[str, Any]] = []
@@ -142,7 +178,7 @@ def main(argv: list[str] | None = None) -> int:
         order = counts[::-1] if number % 2 == 0 else counts
         measured: dict[str, Any] = {}
         for cores in order:
-            measured[str(cores)] = one_round(args.work, args.gpus, cores)
+            measured[str(cores)] = one_round(args.work, args.gpus, cores, args.bucket_s)
             print(json.dumps({"round": number + 1, "cores": cores, **measured[str(cores)]}), flush=True)
         rounds.append(measured)
     report = {"fleet_gpus": args.gpus, "rounds": rounds, **summarize(rounds)}

@@ -25,7 +25,12 @@ given as DuckDB tables or Parquet views (`--stored setup` writes them once): wha
 cost either way. `pass --store hourly` carries the pass on to the grain the marts sum (each file's GPU and MIG
 instance samples summed per device, holder and hour, nothing per sample stored) and `rest` meters the models no
 DCGM row reaches: together, the floor of a design that stores nothing per sample, without the billing rules
-it would still apply. Run `bench.fleet step sample_floor` alternated with `pass` for (b′) side by side
+it would still apply. `pass --store compressed --bucket-s N` compresses each file's samples instead: a device's
+samples in one N-second bucket that agree on every key the later models read become one row with their count
+and sums, and `downstream --bucket-s N` meters the later SQL models over the models' own two tables so
+compressed (`--stored setup --bucket-s N` compresses them once): the floor of the compressed-samples design,
+which keeps the billing rules in SQL. `cuts` counts the span boundaries inside the day that such rows would
+also be cut at. Run `bench.fleet step sample_floor` alternated with `pass` for (b′) side by side
 (`bench.cores` runs every step so).
 """
 
@@ -589,6 +594,56 @@ def _hourly(tables: dict[str, pa.Table]) -> dict[str, pa.Table]:
     return out
 
 
+# The compressed-samples design's keys (`--store compressed`): a device's samples in one time bucket made one
+# row where they agree on every key the later models read (node, holder, prices, flags, the side of the idle
+# threshold), with their count, first time and sums: what the SQL models would then read instead of samples.
+COMPRESSED = {
+    "gpu_samples": (
+        (
+            "gpu",
+            "bucket",
+            "node",
+            "holder",
+            "is_mig",
+            "unhealthy",
+            "unschedulable",
+            "gpu_price_units",
+            "price_units",
+            "repeats_scrape",
+            "active",
+        ),
+        [("ts_ms", "count"), ("ts_ms", "min"), ("busy", "sum"), ("energy_mj", "sum"), ("fb_used_mib", "max")],
+    ),
+    "instance_samples": (
+        (
+            "gpu",
+            "instance",
+            "bucket",
+            "profile",
+            "holder",
+            "unhealthy",
+            "unschedulable",
+            "price_units",
+            "active",
+        ),
+        [("ts_ms", "count"), ("ts_ms", "min"), ("busy", "sum"), ("energy_mj", "sum"), ("fb_used_mib", "max")],
+    ),
+}
+
+
+def _compressed(tables: dict[str, pa.Table], bucket_ms: int, idle_threshold: float) -> dict[str, pa.Table]:
+    """One file's GPU and MIG instance samples compressed (COMPRESSED): a floor of the compressed-samples
+    design's pass, without the holder sets of shared samples or the span boundaries it would also cut at."""
+    out = {}
+    for name, (keys, aggregates) in COMPRESSED.items():
+        rows = tables[name]
+        busy = rows["busy"].to_numpy(zero_copy_only=False)
+        rows = rows.append_column("bucket", pc.divide(rows["ts_ms"], bucket_ms))
+        rows = rows.append_column("active", pa.array(np.nan_to_num(busy) >= idle_threshold))
+        out[name] = rows.group_by(list(keys)).aggregate(aggregates)
+    return out
+
+
 def _write_parquet(out: Path, part: str, tables: dict[str, pa.Table]) -> None:
     """One file's tables as <out>/<table>/<part>.parquet (Snappy), written by the thread that made them."""
     for name, rows in tables.items():
@@ -596,11 +651,12 @@ def _write_parquet(out: Path, part: str, tables: dict[str, pa.Table]) -> None:
         pq.write_table(rows, out / name / f"{part}.parquet", compression="snappy")
 
 
-def run_pass(work: Path, day: str, threads: int, store: str | None) -> dict[str, Any]:
+def run_pass(work: Path, day: str, threads: int, store: str | None, bucket_s: int = 3600) -> dict[str, Any]:
     """The pass over the day's sorted files, `threads` files at a time. `store`: none, "duckdb" (the tables in
     a DuckDB database file, inserted by this thread, as the runner's models are), "parquet" (one Parquet
-    file per table and sorted file, written by the thread that made it) or "hourly" (each file's samples
-    summed to the mart grain by its thread, `_hourly`, and kept in memory: nothing per sample is stored)."""
+    file per table and sorted file, written by the thread that made it), "hourly" (each file's samples
+    summed to the mart grain by its thread, `_hourly`, and kept in memory: nothing per sample is stored) or
+    "compressed" (each file's samples compressed per `bucket_s` by its thread, `_compressed`, in memory)."""
     start_ms, end_ms = day_bounds_ms(date.fromisoformat(day))
     config = load_config(work / "config.yaml")
     cluster = config.clusters[0].name
@@ -609,7 +665,8 @@ def run_pass(work: Path, day: str, threads: int, store: str | None) -> dict[str,
     totals: dict[str, int] = {}
     stored: set[str] = set()
     gpus_seen: dict[str, int] = {}
-    hourly: dict[str, list[pa.Table]] = {name: [] for name in HOURLY}
+    summed = {"hourly": HOURLY, "compressed": COMPRESSED}.get(store or "", {})
+    sums: dict[str, list[pa.Table]] = {name: [] for name in summed}
     before = resource.getrusage(resource.RUSAGE_SELF)
     started = time.perf_counter()
     inputs = DayInputs.load(work)
@@ -630,6 +687,8 @@ def run_pass(work: Path, day: str, threads: int, store: str | None) -> dict[str,
                 _write_parquet(out, path.stem, tables)
             elif store == "hourly":
                 tables = _hourly(tables)
+            elif store == "compressed":
+                tables = _compressed(tables, bucket_s * 1000, config.idle_threshold)
             return counts, tables, gpus
 
         for counts, tables, gpus in pool.map(work_file, files):
@@ -637,9 +696,9 @@ def run_pass(work: Path, day: str, threads: int, store: str | None) -> dict[str,
                 totals[key] = totals.get(key, 0) + count
             for uuid in gpus:
                 gpus_seen[uuid] = gpus_seen.get(uuid, 0) + 1
-            if store == "hourly":
-                for name in HOURLY:
-                    hourly[name].append(tables[name])
+            if sums:
+                for name in sums:
+                    sums[name].append(tables[name])
             elif store == "duckdb":
                 for name, rows in tables.items():
                     verb = f"insert into {name}" if name in stored else f"create table {name} as"
@@ -658,10 +717,18 @@ def run_pass(work: Path, day: str, threads: int, store: str | None) -> dict[str,
             totals[f"stored_{folder.name}"] = sum(
                 pq.ParquetFile(f).metadata.num_rows for f in folder.iterdir()
             )
-    for name, parts in hourly.items():
-        totals[f"hourly_{name}"] = sum(part.num_rows for part in parts)
-        for column in ("ts_ms_count", "price_units_sum"):
-            totals[f"hourly_{name}_{column}"] = sum(int(pc.sum(part[column]).as_py() or 0) for part in parts)
+    for name, parts in sums.items():
+        totals[f"{store}_{name}"] = sum(part.num_rows for part in parts)
+        totals[f"{store}_{name}_ts_ms_count"] = sum(
+            int(pc.sum(part["ts_ms_count"]).as_py() or 0) for part in parts
+        )
+        # A compressed row's price units are a key: its samples' sum is the key times their count.
+        units = (
+            (part["price_units_sum"] for part in parts)
+            if store == "hourly"
+            else (pc.multiply(part["price_units"], part["ts_ms_count"]) for part in parts)
+        )
+        totals[f"{store}_{name}_price_units_sum"] = sum(int(pc.sum(u).as_py() or 0) for u in units)
     database.unlink(missing_ok=True)
     shutil.rmtree(out, ignore_errors=True)
     wall = time.perf_counter() - started
@@ -671,6 +738,7 @@ def run_pass(work: Path, day: str, threads: int, store: str | None) -> dict[str,
         "step": "streaming_pass",
         "threads": threads,
         "store": store,
+        **({"bucket_s": bucket_s} if store == "compressed" else {}),
         "wall_s": wall,
         "cpu_s": cpu,
         "peak_rss_mib": after.ru_maxrss / 1024,
@@ -748,10 +816,15 @@ def check(work: Path, day: str) -> dict[str, Any]:
         for k in truth
         if (abs(got[k] - truth[k]) > 1 if k in ROUNDED else got[k] != truth[k])
     }
-    # The mart grain's sums keep every sample and every unit of price the models hold.
+    # The mart grain's sums, and the compressed rows (at a quarter hour), keep every sample and every unit of
+    # price the models hold.
+    compressed = run_pass(work, day, threads=2, store="compressed", bucket_s=900)
     for summed, counted in HOURLY_CHECKED.items():
         if got[summed] != truth[counted]:
             differ[summed] = (got[summed], truth[counted])
+        in_compressed = summed.replace("hourly_", "compressed_", 1)
+        if compressed[in_compressed] != truth[counted]:
+            differ[in_compressed] = (compressed[in_compressed], truth[counted])
     return {"step": "check", "equal": not differ, "differ": differ, **truth}
 
 
@@ -766,14 +839,79 @@ PASS_MODELS = (
 PASS_TABLES = ("int_gpu_samples", "int_mig_instance_samples")
 
 
-def downstream(work: Path, day: str, stored: str, parts: int = 80) -> dict[str, Any]:
+# What a device sample's later models read as a value, not as a key: summed (energy), taken at their largest
+# (frame buffer) or averaged (busy, whose side of the idle threshold is a key) over a compressed row's samples.
+COMPRESSED_VALUES = {
+    "busy": "avg",
+    "energy_joules": "sum",
+    "energy_mj": "sum",
+    "gpu_fb_used_mib": "max",
+    "fb_used_mib": "max",
+}
+
+
+def compressed_sql(columns: list[str], files: str, bucket_ms: int, idle_threshold: float) -> str:
+    """The device samples of `files` (the models' own int_gpu_samples or int_mig_instance_samples) with
+    the samples of one device and time bucket that agree on every other column (holder, prices, flags, the
+    side of the idle threshold) made one row, at the first one's time. What the later models would read in the
+    compressed-samples design, whose cuts (time buckets here) stand for the span boundaries it would cut at."""
+    keys = [c for c in columns if c != "ts_ms" and c not in COMPRESSED_VALUES]
+    values = [
+        f"{COMPRESSED_VALUES[c]}({c})::{'bigint' if c == 'energy_mj' else 'double'} as {c}"
+        for c in columns
+        if c in COMPRESSED_VALUES
+    ]
+    return (
+        f"select min(ts_ms) as ts_ms, {', '.join(values)}, {', '.join(keys)} from read_parquet([{files}]) "
+        f"group by {', '.join(keys)}, ts_ms // {bucket_ms}, coalesce(busy, 0) >= {idle_threshold}"
+    )
+
+
+def _compress(work: Path, bucket_s: int, parts: int) -> dict[str, Any]:
+    """`downstream`'s tables (its setup) compressed per `bucket_s` into <work>/downstream-<bucket_s>s/."""
+    idle_threshold = load_config(work / "config.yaml").idle_threshold
+    folder = work / f"downstream-{bucket_s}s"
+    shutil.rmtree(folder, ignore_errors=True)
+    con = duckdb.connect()
+    con.execute("set threads to 2")
+    con.execute("set memory_limit = '3GB'")
+    rows: dict[str, int] = {}
+    for name in PASS_TABLES:
+        found = sorted((work / "downstream" / name).glob("*.parquet"))
+        if not found:
+            raise SystemExit(f"{work / 'downstream' / name}: no files; run `downstream --stored setup` first")
+        files = ", ".join(f"'{f}'" for f in found)
+        columns = pq.read_schema(found[0]).names
+        table = con.sql(compressed_sql(columns, files, bucket_s * 1000, idle_threshold)).to_arrow_table()
+        table = table.select(columns)
+        rows[name] = table.num_rows
+        (folder / name).mkdir(parents=True)
+        size = -(-table.num_rows // parts)
+        for part in range(parts):
+            pq.write_table(
+                table.slice(part * size, size),
+                folder / name / f"part-{part:05d}.parquet",
+                compression="snappy",
+            )
+    con.close()
+    return {"step": f"downstream_setup_{bucket_s}s", **rows}
+
+
+def downstream(
+    work: Path, day: str, stored: str, parts: int = 80, bucket_s: int | None = None
+) -> dict[str, Any]:
     """What the models after the pass cost when its tables are DuckDB tables or Parquet files. `setup` writes
     the models' own int_gpu_samples and int_mig_instance_samples as `parts` Parquet files each (Snappy, as
     `pass --store parquet` writes them); `duckdb` meters the day with those two models loaded from the files
     into tables (the load is the pass's store, not counted), `parquet` with the two as views over the files.
+    With `bucket_s`, the same with the two tables compressed (`compressed_sql`; setup compresses the files the
+    plain setup wrote): the later models' cost in the compressed-samples design, whose totals would need each
+    row's sample count, which these rows do not carry (the time, not the result, is measured).
     Reported: the seconds of the models other than the five the pass stands for."""
     metered = date.fromisoformat(day)
-    folder = work / "downstream"
+    folder = work / ("downstream" if bucket_s is None else f"downstream-{bucket_s}s")
+    if stored == "setup" and bucket_s is not None:
+        return _compress(work, bucket_s, parts)
     if stored == "setup":
         tables = meter_workspace_day(work, metered, select=PASS_TABLES)
         shutil.rmtree(folder, ignore_errors=True)
@@ -789,6 +927,16 @@ def downstream(work: Path, day: str, stored: str, parts: int = 80) -> dict[str, 
         return {"step": "downstream_setup", **{name: rows.num_rows for name, rows in tables.items()}}
     models = []
     for model in load_models():
+        if bucket_s is not None:
+            # Compressed rows without their sample counts break the sums the assertions hold (capacity,
+            # conservation): each assertion still runs over them, at its cost, and its rows are discarded.
+            model = replace(
+                model,
+                assertions=tuple(
+                    replace(a, sql=f"select * from ({a.sql.rstrip().rstrip(';')}) where message is null")
+                    for a in model.assertions
+                ),
+            )
         if model.name in PASS_TABLES:
             files = ", ".join(f"'{f}'" for f in sorted((folder / model.name).glob("*.parquet")))
             model = replace(
@@ -802,7 +950,7 @@ def downstream(work: Path, day: str, stored: str, parts: int = 80) -> dict[str, 
     started = time.perf_counter()
     meter_workspace_day(work, metered, "downstream", on_model=on_model, keep_layers=("marts",), models=models)
     return {
-        "step": f"downstream_{stored}",
+        "step": f"downstream_{stored}" + ("" if bucket_s is None else f"_{bucket_s}s"),
         "meter_s": time.perf_counter() - started,
         "other_models_s": sum(v for k, v in seconds.items() if k not in PASS_MODELS),
         "pass_tables_s": {k: seconds.get(k, 0.0) for k in PASS_TABLES},
@@ -838,6 +986,59 @@ def rest(work: Path, day: str) -> dict[str, Any]:
         "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
         "slowest_models_s": dict(sorted(seconds.items(), key=lambda kv: -kv[1])[:6]),
     }
+
+
+# The spans the later models join device samples to by time: a compressed row must not straddle one of their
+# boundaries (`cuts`).
+SPAN_MODELS = (
+    "int_node_gpu_price_spans",
+    "int_node_unschedulable_spans",
+    "int_pod_running_spans",
+    "int_pod_label_periods",
+    "int_dra_device_map",
+    "stg_dra_allocations",
+    "int_holders",
+)
+CUTS_SQL = """
+with bounds as (
+    select 'node' as kind, node as entity, unnest([from_ms, until_ms]) as at_ms from int_node_gpu_price_spans
+    union all
+    select 'node', node, unnest([from_ms, until_ms]) from int_node_unschedulable_spans
+    union all
+    select 'pod', namespace || '/' || pod, unnest([from_ms, until_ms]) from int_pod_running_spans
+    semi join int_holders using (namespace, pod)
+    union all
+    select 'pod', namespace || '/' || pod, unnest([from_ms, until_ms]) from int_pod_label_periods
+    semi join int_holders using (namespace, pod)
+    union all
+    select 'dra', device_id, unnest([valid_from_ms, valid_until_ms]) from int_dra_device_map
+    union all
+    select 'dra', driver || '/' || pool || '/' || device, unnest([valid_from_ms, valid_until_ms])
+    from stg_dra_allocations
+),
+inside as (select distinct * from bounds where at_ms > $start_ms and at_ms < $end_ms)
+select
+    (select count(distinct node) from int_node_gpu_price_spans) as nodes_priced_by_spans,
+    (select count(distinct (namespace, pod)) from int_holders) as holder_pods,
+    count(*) filter (where kind = 'node') as node_boundaries,
+    count(*) filter (where kind = 'pod') as holder_pod_boundaries,
+    count(*) filter (where kind = 'dra') as dra_boundaries
+from inside
+"""
+
+
+def cuts(work: Path, day: str) -> dict[str, Any]:
+    """How many span boundaries fall inside the day (untimed): where the compressed-samples design would have to
+    cut a device's rows besides its time buckets. A node's boundary cuts the rows of each GPU on it, a holder
+    pod's those of the devices it holds, a DRA boundary those of its device."""
+    start_ms, end_ms = day_bounds_ms(date.fromisoformat(day))
+    tables = meter_workspace_day(work, date.fromisoformat(day), "cuts", select=SPAN_MODELS)
+    con = duckdb.connect()
+    for name in SPAN_MODELS:
+        con.register(name, tables[name])
+    relation = con.execute(CUTS_SQL, {"start_ms": start_ms, "end_ms": end_ms})
+    columns = [d[0] for d in relation.description or ()]
+    return {"step": "cuts", **dict(zip(columns, relation.fetchall()[0], strict=True))}
 
 
 def window_keys(work: Path, day: str, window_s: int = 3600) -> dict[str, Any]:
@@ -901,7 +1102,7 @@ def main(argv: list[str] | None = None) -> None:
         prog="python -m bench.streaming_floor", description=__doc__.split("\n\n")[0]
     )
     parser.add_argument(
-        "what", choices=("sort", "inputs", "pass", "check", "downstream", "rest", "window-keys")
+        "what", choices=("sort", "inputs", "pass", "check", "downstream", "rest", "cuts", "window-keys")
     )
     parser.add_argument("--work", type=Path, required=True)
     parser.add_argument("--day", default=FactorySpec().start.isoformat())
@@ -910,9 +1111,10 @@ def main(argv: list[str] | None = None) -> None:
         "--store",
         nargs="?",
         const="duckdb",
-        choices=("duckdb", "parquet", "hourly"),
+        choices=("duckdb", "parquet", "hourly", "compressed"),
         help="store the day's GPU and MIG instance samples: in a DuckDB file (the default), in Parquet files "
-        "written by the threads that make them, or summed to the mart grain in memory, nothing per sample (pass)",
+        "written by the threads that make them, summed to the mart grain in memory, nothing per sample, or "
+        "compressed per --bucket-s in memory (pass)",
     )
     parser.add_argument(
         "--stored",
@@ -920,19 +1122,27 @@ def main(argv: list[str] | None = None) -> None:
         default="duckdb",
         help="downstream: write the two tables once (setup), or meter with them as DuckDB tables or Parquet views",
     )
+    parser.add_argument(
+        "--bucket-s",
+        type=int,
+        help="pass --store compressed, downstream: a row per device, time bucket of this many seconds and what "
+        "the later models read as a key (downstream's setup compresses the plain setup's files)",
+    )
     args = parser.parse_args(argv)
     if args.what == "sort":
         result = sort_files(args.work, args.day)
     elif args.what == "inputs":
         result = compute_inputs(args.work, args.day)
     elif args.what == "downstream":
-        result = downstream(args.work, args.day, args.stored)
+        result = downstream(args.work, args.day, args.stored, bucket_s=args.bucket_s)
     elif args.what == "check":
         result = check(args.work, args.day)
     elif args.what == "rest":
         result = rest(args.work, args.day)
+    elif args.what == "cuts":
+        result = cuts(args.work, args.day)
     elif args.what == "pass":
-        result = run_pass(args.work, args.day, args.threads, args.store)
+        result = run_pass(args.work, args.day, args.threads, args.store, args.bucket_s or 3600)
     else:
         result = window_keys(args.work, args.day)
     json.dump(result, sys.stdout, indent=1)

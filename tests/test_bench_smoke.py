@@ -192,6 +192,14 @@ def test_the_streaming_pass_agrees_with_the_models_it_stands_for(tmp_path: Path)
     hourly = streaming_floor.run_pass(ws.root, day, threads=2, store="hourly")
     assert 0 < hourly["hourly_gpu_samples"] < got["gpu_samples_in_day"] / 60
     assert 0 < hourly["hourly_instance_samples"] < got["mig_instance_samples"] / 60
+    # Compressed per quarter hour (its sums are checked in `check`): a quarter hour of a device's samples is
+    # at most one row per what the later models read as a key, so each hourly row splits into some of them.
+    compressed = streaming_floor.run_pass(ws.root, day, threads=2, store="compressed", bucket_s=900)
+    for name, samples in (
+        ("gpu_samples", "gpu_samples_in_day"),
+        ("instance_samples", "mig_instance_samples"),
+    ):
+        assert hourly[f"hourly_{name}"] <= compressed[f"compressed_{name}"] < got[samples] / 10
     # What such a pass would leave in SQL: the models no DCGM row reaches, metered alone.
     no_dcgm = set(streaming_floor.models_reading_no_dcgm_row())
     assert {"stg_kube_spans", "stg_opencost_prices", "int_node_gpu_price_spans"} <= no_dcgm
@@ -201,6 +209,49 @@ def test_the_streaming_pass_agrees_with_the_models_it_stands_for(tmp_path: Path)
     assert streaming_floor.downstream(ws.root, day, "setup")["int_gpu_samples"] == got["gpu_samples_in_day"]
     for kind in ("duckdb", "parquet"):
         assert streaming_floor.downstream(ws.root, day, kind)["other_models_s"] > 0
+    # The same over the two tables compressed per quarter hour (the compressed-samples design's later models).
+    rows = streaming_floor.downstream(ws.root, day, "setup", bucket_s=900)
+    assert 0 < rows["int_gpu_samples"] < got["gpu_samples_in_day"] / 10
+    assert 0 < rows["int_mig_instance_samples"] < got["mig_instance_samples"] / 10
+    assert streaming_floor.downstream(ws.root, day, "duckdb", bucket_s=900)["other_models_s"] > 0
+    # bench.cores times (a) as the product meters a pulled day: with the kube rows stored as spans.
+    (rows,) = cores.kube_rows_not_spans(ws.root)
+    with pytest.raises(SystemExit, match="step kube_spans"):
+        cores.main(["--work", str(ws.root), "--gpus", "8", "--cores", "1"])
+    fleet.step_kube_spans(ws)
+    assert not rows.exists() and cores.kube_rows_not_spans(ws.root) == []
+
+
+def test_compressed_samples_are_one_row_per_device_bucket_and_key(tmp_path: Path) -> None:
+    """The compressed-samples design's rows, by hand: a device's samples in one time bucket that agree on every
+    key the later models read, and on the side of the idle threshold (0.05), are one row at the first one's
+    time, with busy averaged, energy summed and the frame buffer at its largest."""
+    path = tmp_path / "samples.parquet"
+    minute = 60_000
+    pq.write_table(
+        pa.table(
+            {
+                "gpu_key": [1, 1, 1, 1, 1, 2, 1],
+                "ts_ms": [0, minute, 2 * minute, 3 * minute, 15 * minute, 0, 4 * minute],
+                "holder_key": [7, 7, 7, 7, 7, 7, 8],
+                "busy": [0.5, 0.7, 0.01, None, 0.5, 0.5, 0.9],
+                "energy_mj": [10, 20, 30, 40, 50, 60, 70],
+                "fb_used_mib": [100.0, 300.0, 50.0, 60.0, 10.0, 10.0, 5.0],
+            }
+        ),
+        path,
+    )
+    columns = ["gpu_key", "ts_ms", "holder_key", "busy", "energy_mj", "fb_used_mib"]
+    sql = streaming_floor.compressed_sql(columns, f"'{path}'", 15 * minute, 0.05)
+    got = sorted(duckdb.sql(f"select {', '.join(columns)} from ({sql})").fetchall())
+    assert got == [
+        # GPU 1, first quarter hour, holder 7: two active samples, then two idle ones (no reading is idle).
+        (1, 0, 7, pytest.approx(0.6), 30, 300.0),
+        (1, 2 * minute, 7, pytest.approx(0.01), 70, 60.0),
+        (1, 4 * minute, 8, pytest.approx(0.9), 70, 5.0),  # another holder
+        (1, 15 * minute, 7, pytest.approx(0.5), 50, 10.0),  # the next quarter hour
+        (2, 0, 7, pytest.approx(0.5), 60, 10.0),  # another GPU
+    ]
 
 
 def test_the_streaming_pass_agrees_on_a_changing_day_with_broken_readings(tmp_path: Path) -> None:
@@ -239,6 +290,10 @@ def test_the_streaming_pass_agrees_on_a_changing_day_with_broken_readings(tmp_pa
     assert got["vgpu_copy_conflicts"] == 1 and got["series_samples_with_copies"] == 1
     assert got["unschedulable_gpu_samples"] > 0 and got["mig_gpu_samples_in_day"] > 0
     assert got["shared_holder_pairs"] > 0 and got["mig_price_units"] > 0
+    # Where the compressed-samples design would cut besides its buckets: the cordoned node's and OpenCost's
+    # spans, and the recreated pods' running spans, inside the day.
+    cut = streaming_floor.cuts(ws.root, day)
+    assert cut["node_boundaries"] > 0 and cut["holder_pod_boundaries"] > 0 and cut["holder_pods"] > 0
 
 
 def test_cores_reports_each_rounds_ratios_and_each_steps_speedup() -> None:
@@ -254,14 +309,23 @@ def test_cores_reports_each_rounds_ratios_and_each_steps_speedup() -> None:
             "later_over_views_s": 24.0 * scale,
             "pass_hourly_s": 12.0 * scale,
             "no_dcgm_models_s": 5.0 * scale,
+            "pass_compressed_s": 13.0 * scale,
+            "later_over_compressed_s": 9.0 * scale,
             "meter_s": 90.0 * scale,
             "meter_cpu_s": 180.0,
         }
 
     rounds = [{"1": measured(2.0), "2": measured(1.0)}, {"1": measured(2.2), "2": measured(1.2)}]
     got = cores.summarize(rounds)
-    # (20 + 18) / 10 = 3.8, (15 + 24) / 10 = 3.9 and (12 + 5) / 10 = 1.7, at any scale; the meter 90 / 10.
-    by_hand = {"meter": 9.0, "design_duckdb": 3.8, "design_parquet": 3.9, "floor_mart_grain": 1.7}
+    # (20 + 18) / 10 = 3.8, (15 + 24) / 10 = 3.9, (12 + 5) / 10 = 1.7 and (13 + 9) / 10 = 2.2, at any
+    # scale; the meter 90 / 10.
+    by_hand = {
+        "meter": 9.0,
+        "design_duckdb": 3.8,
+        "design_parquet": 3.9,
+        "floor_mart_grain": 1.7,
+        "floor_compressed": 2.2,
+    }
     assert got["a_over_b_prime"] == [{c: by_hand for c in ("1", "2")}] * 2
     # Mean scale 2.1 on one core, 1.1 on two: every timed step speeds up by 2.1 / 1.1 = 1.91 (CPU not timed).
     assert got["speedup_1_to_2"] == {k: 1.91 for k in measured(1.0) if k != "meter_cpu_s"}
