@@ -726,7 +726,9 @@ def run_pass(work: Path, day: str, threads: int, store: str | None, bucket_s: in
         units = (
             (part["price_units_sum"] for part in parts)
             if store == "hourly"
-            else (pc.multiply(part["price_units"], part["ts_ms_count"]) for part in parts)
+            else (
+                pc.multiply(pc.cast(part["price_units"], pa.int64()), part["ts_ms_count"]) for part in parts
+            )
         )
         totals[f"{store}_{name}_price_units_sum"] = sum(int(pc.sum(u).as_py() or 0) for u in units)
     database.unlink(missing_ok=True)
