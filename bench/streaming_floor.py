@@ -105,12 +105,18 @@ def _raw_files(work: Path, day: str) -> list[Path]:
     return sorted((work / "warehouse" / "raw" / "raw_dcgm_samples").glob(f"cluster=*/day={day}/*.parquet"))
 
 
+def _session(database: Path | None = None) -> duckdb.DuckDBPyConnection:
+    """A DuckDB session with the threads (2) and memory limit of a metering run, in memory or on `database`."""
+    con = duckdb.connect(str(database) if database else ":memory:")
+    con.execute("set threads to 2")
+    con.execute("set memory_limit = '3GB'")
+    return con
+
+
 def sort_files(work: Path, day: str) -> dict[str, Any]:
     out = work / "sorted"
     out.mkdir(exist_ok=True)
-    con = duckdb.connect()
-    con.execute("set threads to 2")
-    con.execute("set memory_limit = '3GB'")
+    con = _session()
     started = time.perf_counter()
     rows = 0
     for index, path in enumerate(_raw_files(work, day)):
@@ -675,9 +681,7 @@ def run_pass(work: Path, day: str, threads: int, store: str | None, bucket_s: in
     shutil.rmtree(out, ignore_errors=True)
     database = work / ".streaming-floor.duckdb"
     database.unlink(missing_ok=True)
-    con = duckdb.connect(str(database))  # a database file, as the runner's models are
-    con.execute("set threads to 2")
-    con.execute("set memory_limit = '3GB'")
+    con = _session(database)  # a database file, as the runner's models are
     # One file per thread: NumPy and Arrow release the GIL in their loops, and (b′) runs on two threads.
     with ThreadPoolExecutor(threads) as pool:
 
@@ -869,14 +873,22 @@ def compressed_sql(columns: list[str], files: str, bucket_ms: int, idle_threshol
     )
 
 
+def _write_parts(folder: Path, rows: pa.Table, parts: int) -> None:
+    """`rows` as `parts` Snappy Parquet files in `folder`, as `pass --store parquet` writes a table."""
+    folder.mkdir(parents=True)
+    size = -(-rows.num_rows // parts)
+    for part in range(parts):
+        pq.write_table(
+            rows.slice(part * size, size), folder / f"part-{part:05d}.parquet", compression="snappy"
+        )
+
+
 def _compress(work: Path, bucket_s: int, parts: int) -> dict[str, Any]:
     """`downstream`'s tables (its setup) compressed per `bucket_s` into <work>/downstream-<bucket_s>s/."""
     idle_threshold = load_config(work / "config.yaml").idle_threshold
     folder = work / f"downstream-{bucket_s}s"
     shutil.rmtree(folder, ignore_errors=True)
-    con = duckdb.connect()
-    con.execute("set threads to 2")
-    con.execute("set memory_limit = '3GB'")
+    con = _session()
     rows: dict[str, int] = {}
     for name in PASS_TABLES:
         found = sorted((work / "downstream" / name).glob("*.parquet"))
@@ -887,14 +899,7 @@ def _compress(work: Path, bucket_s: int, parts: int) -> dict[str, Any]:
         table = con.sql(compressed_sql(columns, files, bucket_s * 1000, idle_threshold)).to_arrow_table()
         table = table.select(columns)
         rows[name] = table.num_rows
-        (folder / name).mkdir(parents=True)
-        size = -(-table.num_rows // parts)
-        for part in range(parts):
-            pq.write_table(
-                table.slice(part * size, size),
-                folder / name / f"part-{part:05d}.parquet",
-                compression="snappy",
-            )
+        _write_parts(folder / name, table, parts)
     con.close()
     return {"step": f"downstream_setup_{bucket_s}s", **rows}
 
@@ -918,14 +923,7 @@ def downstream(
         tables = meter_workspace_day(work, metered, select=PASS_TABLES)
         shutil.rmtree(folder, ignore_errors=True)
         for name, rows in tables.items():
-            (folder / name).mkdir(parents=True)
-            size = -(-rows.num_rows // parts)
-            for part in range(parts):
-                pq.write_table(
-                    rows.slice(part * size, size),
-                    folder / name / f"part-{part:05d}.parquet",
-                    compression="snappy",
-                )
+            _write_parts(folder / name, rows, parts)
         return {"step": "downstream_setup", **{name: rows.num_rows for name, rows in tables.items()}}
     models = []
     for model in load_models():
