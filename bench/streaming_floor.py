@@ -567,7 +567,7 @@ HOUR_MS = 3_600_000
 # per what decides their category (R11: held or not, MIG, unhealthy, on an unschedulable node).
 HOURLY = {
     "gpu_samples": (
-        ("gpu", "hour", "holder", "is_mig", "unhealthy", "unschedulable"),
+        ("gpu", "bucket", "holder", "is_mig", "unhealthy", "unschedulable"),
         [
             ("ts_ms", "count"),
             ("busy", "sum"),
@@ -577,7 +577,7 @@ HOURLY = {
         ],
     ),
     "instance_samples": (
-        ("gpu", "instance", "hour", "holder", "unhealthy", "unschedulable"),
+        ("gpu", "instance", "bucket", "holder", "unhealthy", "unschedulable"),
         [
             ("ts_ms", "count"),
             ("busy", "sum"),
@@ -587,17 +587,6 @@ HOURLY = {
         ],
     ),
 }
-
-
-def _hourly(tables: dict[str, pa.Table]) -> dict[str, pa.Table]:
-    """One file's GPU and MIG instance samples summed to the grain the marts sum (device, holder, hour and
-    what decides the category): the design that stores nothing per sample, without its rules (a floor)."""
-    out = {}
-    for name, (keys, aggregates) in HOURLY.items():
-        rows = tables[name]
-        rows = rows.append_column("hour", pc.divide(rows["ts_ms"], HOUR_MS))
-        out[name] = rows.group_by(list(keys)).aggregate(aggregates)
-    return out
 
 
 # The compressed-samples design's keys (`--store compressed`): a device's samples in one time bucket made one
@@ -637,15 +626,25 @@ COMPRESSED = {
 }
 
 
-def _compressed(tables: dict[str, pa.Table], bucket_ms: int, idle_threshold: float) -> dict[str, pa.Table]:
-    """One file's GPU and MIG instance samples compressed (COMPRESSED): a floor of the compressed-samples
-    design's pass, without the holder sets of shared samples or the span boundaries it would also cut at."""
+def _summed(
+    tables: dict[str, pa.Table],
+    grain: dict[str, tuple[tuple[str, ...], list[tuple[str, str]]]],
+    bucket_ms: int,
+    idle_threshold: float,
+) -> dict[str, pa.Table]:
+    """One file's GPU and MIG instance samples grouped by `grain`'s keys (HOURLY or COMPRESSED) within time
+    buckets of `bucket_ms`. HOURLY per hour: the grain the marts sum, the design that stores nothing per
+    sample, without its rules. COMPRESSED: the compressed-samples design's rows, without the holder sets of
+    shared samples or the span boundaries it would also cut at. Both floors."""
     out = {}
-    for name, (keys, aggregates) in COMPRESSED.items():
+    for name, (keys, aggregates) in grain.items():
         rows = tables[name]
-        busy = rows["busy"].to_numpy(zero_copy_only=False)
         rows = rows.append_column("bucket", pc.divide(rows["ts_ms"], bucket_ms))
-        rows = rows.append_column("active", pa.array(np.nan_to_num(busy) >= idle_threshold))
+        if (
+            "active" in keys
+        ):  # the side of the idle threshold (no reading is idle, as capacity_category reads it)
+            busy = rows["busy"].to_numpy(zero_copy_only=False)
+            rows = rows.append_column("active", pa.array(np.nan_to_num(busy) >= idle_threshold))
         out[name] = rows.group_by(list(keys)).aggregate(aggregates)
     return out
 
@@ -661,8 +660,8 @@ def run_pass(work: Path, day: str, threads: int, store: str | None, bucket_s: in
     """The pass over the day's sorted files, `threads` files at a time. `store`: none, "duckdb" (the tables in
     a DuckDB database file, inserted by this thread, as the runner's models are), "parquet" (one Parquet
     file per table and sorted file, written by the thread that made it), "hourly" (each file's samples
-    summed to the mart grain by its thread, `_hourly`, and kept in memory: nothing per sample is stored) or
-    "compressed" (each file's samples compressed per `bucket_s` by its thread, `_compressed`, in memory)."""
+    summed to the mart grain by its thread, `_summed`, and kept in memory: nothing per sample is stored) or
+    "compressed" (each file's samples compressed per `bucket_s` by its thread, `_summed`, in memory)."""
     start_ms, end_ms = day_bounds_ms(date.fromisoformat(day))
     config = load_config(work / "config.yaml")
     cluster = config.clusters[0].name
@@ -689,10 +688,9 @@ def run_pass(work: Path, day: str, threads: int, store: str | None, bucket_s: in
             counts, tables, gpus = one_file(path, start_ms, end_ms, window_start_ms, scrape_ms, inputs)
             if store == "parquet":
                 _write_parquet(out, path.stem, tables)
-            elif store == "hourly":
-                tables = _hourly(tables)
-            elif store == "compressed":
-                tables = _compressed(tables, bucket_s * 1000, config.idle_threshold)
+            elif summed:
+                bucket_ms = HOUR_MS if store == "hourly" else bucket_s * 1000
+                tables = _summed(tables, summed, bucket_ms, config.idle_threshold)
             return counts, tables, gpus
 
         for counts, tables, gpus in pool.map(work_file, files):
@@ -804,13 +802,22 @@ HOURLY_CHECKED = {
 ROUNDED = ("busy_sum_x1e6", "mig_busy_sum_x1e6", "mig_weight_sum_x1e6")
 
 
+def _one_row(
+    sql: str, tables: dict[str, pa.Table], parameters: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """The one row `sql` returns over `tables` (registered under their names), by column."""
+    con = duckdb.connect()
+    for name, rows in tables.items():
+        con.register(name, rows)
+    relation = con.execute(sql, parameters or {})
+    columns = [d[0] for d in relation.description or ()]
+    return dict(zip(columns, relation.fetchall()[0], strict=True))
+
+
 def model_truth(tables: dict[str, pa.Table]) -> dict[str, int]:
     """TRUTH_SQL over the models' tables (MODELS_CHECKED, kept by meter_day)."""
-    con = duckdb.connect()
-    for name in MODELS_CHECKED:
-        con.register(name, tables[name])
-    relation = con.sql(TRUTH_SQL)
-    return {k: int(v or 0) for k, v in zip(relation.columns, relation.fetchall()[0], strict=True)}
+    truth = _one_row(TRUTH_SQL, {name: tables[name] for name in MODELS_CHECKED})
+    return {k: int(v or 0) for k, v in truth.items()}
 
 
 def check(work: Path, day: str) -> dict[str, Any]:
@@ -1033,12 +1040,8 @@ def cuts(work: Path, day: str) -> dict[str, Any]:
     pod's those of the devices it holds, a DRA boundary those of its device."""
     start_ms, end_ms = day_bounds_ms(date.fromisoformat(day))
     tables = meter_workspace_day(work, date.fromisoformat(day), "cuts", select=SPAN_MODELS)
-    con = duckdb.connect()
-    for name in SPAN_MODELS:
-        con.register(name, tables[name])
-    relation = con.execute(CUTS_SQL, {"start_ms": start_ms, "end_ms": end_ms})
-    columns = [d[0] for d in relation.description or ()]
-    return {"step": "cuts", **dict(zip(columns, relation.fetchall()[0], strict=True))}
+    spans = {name: tables[name] for name in SPAN_MODELS}
+    return {"step": "cuts", **_one_row(CUTS_SQL, spans, {"start_ms": start_ms, "end_ms": end_ms})}
 
 
 def window_keys(work: Path, day: str, window_s: int = 3600) -> dict[str, Any]:
