@@ -435,8 +435,16 @@ def test_a_day_is_pulled_one_row_group_at_a_time_and_stored_whole(tmp_path: Path
     ts = pc.field("ts_ms")
     in_lookback = before.filter((ts >= D0 - lookback) & (ts < D1))
     expected = pa.concat_tables([in_lookback, day_a, day_b])
+    # Each part (a source row group) is stored in GPU order: here one GPU and series, so in time order.
+    in_order = [
+        row
+        for rows in (in_lookback, day_a, day_b)
+        for first in range(0, rows.num_rows, 50)
+        for row in sorted(rows.slice(first, 50).to_pylist(), key=lambda row: row["ts_ms"])
+    ]
     stored = pq.read_table(warehouse.day_path(RAW, "raw_dcgm_samples", "c1", DAY))
-    assert stored.equals(expected) and counts["raw_dcgm_samples"] == expected.num_rows
+    assert stored.to_pylist() == in_order and counts["raw_dcgm_samples"] == expected.num_rows
+    assert day_b.to_pylist() != sorted(day_b.to_pylist(), key=lambda row: row["ts_ms"])  # one part was not
     assert 0 < in_lookback.num_rows < before.num_rows
     # A table with no part is stored empty, as a whole-day write stores it.
     assert pq.read_table(warehouse.day_path(RAW, "raw_kube_samples", "c1", DAY)).num_rows == 0

@@ -31,11 +31,12 @@ from gpumeter.cli.demo import write_demo_config, write_demo_k8s_objects, write_p
 from gpumeter.cli.main import main as cli_main
 from gpumeter.config import load_config
 from gpumeter.pipelines.launch import RunFailed, invoice_month, meter_days
-from gpumeter.storage.paths import MARTS
+from gpumeter.storage.paths import MARTS, RAW
 from gpumeter.storage.warehouse import Warehouse
 from gpumeter_sim.promserver import PrometheusServer, backfill
 from tests.builders import edit_config
 from tests.prometheus_fixtures import needs_prometheus
+from tests.test_row_order import python_key
 
 pytestmark = [pytest.mark.slow, needs_prometheus]
 
@@ -177,6 +178,19 @@ def test_every_mart_file_is_identical(two_paths: TwoPaths) -> None:
     assert a_files == sorted(p.relative_to(b_root) for p in b_root.glob("**/data.parquet"))
     for rel in a_files:
         assert pq.read_table(a_root / rel).equals(pq.read_table(b_root / rel)), str(rel)
+
+
+def test_both_raw_zones_store_dcgm_rows_in_gpu_order(two_paths: TwoPaths) -> None:
+    """Each part either pull wrote (a Parquet row group of the stored day: an hour of Prometheus' answers, a
+    file of the simulator's) holds its DCGM rows by GPU, time, series key and metric, as Python sorts them."""
+    for config in (two_paths.parquet, two_paths.prometheus):
+        warehouse = two_paths.warehouse(config)
+        for day in SPEC.day_list:
+            stored = pq.ParquetFile(warehouse.day_path(RAW, "raw_dcgm_samples", SPEC.cluster, day))
+            assert stored.num_row_groups >= 1
+            for group in range(stored.num_row_groups):
+                rows = stored.read_row_group(group).to_pylist()
+                assert rows and rows == sorted(rows, key=python_key), (config, day, group)
 
 
 def test_no_prometheus_is_left_running(two_paths: TwoPaths) -> None:

@@ -73,13 +73,32 @@ class _Rows:
         self.label.append(np.broadcast_to(np.asarray(labels, dtype=np.int32), idx.shape))
 
     def table(
-        self, ctx: DayContext, schema: pa.Schema, label_columns: dict[str, pa.Array], phase_s: int = 0
+        self,
+        ctx: DayContext,
+        schema: pa.Schema,
+        label_columns: dict[str, pa.Array],
+        phase_s: int = 0,
+        by_label: tuple[np.ndarray, np.ndarray] | None = None,
     ) -> pa.Table:
-        """The rows as a raw-schema table; sample i is at d0 + phase_s + i * step."""
+        """The rows as a raw-schema table; sample i is at d0 + phase_s + i * step. In time order, or with
+        `by_label` (each label set's major and minor rank) by (major, time, minor, metric name): the raw
+        zone's order of DCGM rows (gpumeter.ingest.row_order), made from small integers, no string compared."""
         if not self.idx:
             return schema.empty_table()
         idx = np.concatenate(self.idx)
-        order = np.argsort(idx, kind="stable")
+        if by_label is None:
+            order = np.argsort(idx, kind="stable")
+        else:
+            major, minor = (rank[np.concatenate(self.label)] for rank in by_label)
+            metric_rank = np.empty(len(self.metrics), np.int64)
+            metric_rank[np.argsort(np.array(list(self.metrics), dtype=object))] = np.arange(len(self.metrics))
+            metric = metric_rank[np.concatenate(self.metric)]
+            low = int(idx.min())
+            slots = int(idx.max()) - low + 1
+            order = np.argsort(
+                ((major * slots + idx - low) * (int(minor.max()) + 1) + minor) * len(self.metrics) + metric,
+                kind="stable",
+            )
         idx = idx[order]
         metric = pa.array(list(self.metrics)).take(pa.array(np.concatenate(self.metric)[order]))
         labels = pa.array(np.concatenate(self.label)[order])
@@ -433,9 +452,10 @@ def _dcgm_table(
     lanes: dict[tuple[int, int | None], Lane],
     base: np.ndarray,
     incs: dict[int, np.ndarray],
+    gpu_order: bool = False,
 ) -> pa.Table:
-    """dcgm-exporter's series of `gpus` for the day (`base`: their energy counters at midnight); each GPU's
-    energy increments go to `incs`."""
+    """dcgm-exporter's series of `gpus` for the day (`base`: their energy counters at midnight), in time order
+    or with `gpu_order` in the raw zone's order; each GPU's energy increments go to `incs`."""
     rows = _Rows()
     for gpu in gpus:
         gd = gpu_day(ctx, gpu, lanes)
@@ -451,7 +471,16 @@ def _dcgm_table(
         for key in rows.labels
     ]
     columns["series_key"] = pa.array(keys, pa.uint64())
-    return rows.table(ctx, RAW_DCGM_SCHEMA, columns)
+    if not gpu_order:
+        return rows.table(ctx, RAW_DCGM_SCHEMA, columns)
+    # Each label set's GPU, as the rank of its UUID among the part's (a null last), and its series key's rank.
+    at = _DCGM_LABEL_COLUMNS.index("uuid")
+    uuids = [key[at] for key in rows.labels]
+    gpu_rank = {u: r for r, u in enumerate(sorted(set(uuids), key=lambda u: (u is None, u or "")))}
+    by_key = np.empty(len(keys), np.int64)
+    by_key[np.argsort(np.array(keys, dtype=np.uint64), kind="stable")] = np.arange(len(keys))
+    by_gpu = np.array([gpu_rank[u] for u in uuids], np.int64)
+    return rows.table(ctx, RAW_DCGM_SCHEMA, columns, by_label=(by_gpu, by_key))
 
 
 def _kube_table(ctx: DayContext) -> pa.Table:
@@ -538,8 +567,9 @@ def iter_day_parts(spec: FactorySpec, day: date, nodes_per_part: int = 16) -> It
     yield from day_parts(build_day(spec, day), nodes_per_part)
 
 
-def day_parts(ctx: DayContext, nodes_per_part: int) -> Iterator[DayPart]:
-    """`iter_day_parts` of a day already built (`activity.build_day`)."""
+def day_parts(ctx: DayContext, nodes_per_part: int, gpu_order: bool = False) -> Iterator[DayPart]:
+    """`iter_day_parts` of a day already built (`activity.build_day`); with `gpu_order`, each part's DCGM rows
+    in the raw zone's order (gpumeter.ingest.row_order) instead of time order."""
     layout = ctx.layout
     lanes = lane_index(layout)
     base = energy_base(ctx.spec, ctx.day)
@@ -547,7 +577,7 @@ def day_parts(ctx: DayContext, nodes_per_part: int) -> Iterator[DayPart]:
     for first in range(0, len(layout.nodes), nodes_per_part):
         nodes = layout.nodes[first : first + nodes_per_part]
         names = {node.name for node in nodes}
-        dcgm = _dcgm_table(ctx, (g for g in layout.gpus if g.node in names), lanes, base, incs)
+        dcgm = _dcgm_table(ctx, (g for g in layout.gpus if g.node in names), lanes, base, incs, gpu_order)
         # The part's nodes and the pods placed on them: kube rows are per node and per pod.
         part = replace(
             ctx, layout=replace(layout, nodes=nodes), pods=[pod for pod in ctx.pods if pod.node in names]

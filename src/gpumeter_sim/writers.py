@@ -48,7 +48,8 @@ def write_parquet(
         end_ms = (epoch(day) + DAY_S) * 1000
         ctx = build_day(spec, day)
         single = len(ctx.layout.nodes) <= nodes_per_part
-        for i, part in enumerate(day_parts(ctx, nodes_per_part)):
+        # The DCGM rows in the order the raw zone stores them, as a tool that writes it would.
+        for i, part in enumerate(day_parts(ctx, nodes_per_part, gpu_order=True)):
             for table, rows in (("raw_dcgm_samples", part.dcgm), ("raw_kube_samples", part.kube)):
                 name = paths.DATA_FILE if single and not lookback_s else paths.PART_FILE.format(index=i)
                 atomic_write_parquet(staged[table] / name, rows)

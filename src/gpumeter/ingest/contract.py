@@ -16,6 +16,7 @@ import pyarrow as pa
 
 from gpumeter.config import Config
 from gpumeter.ingest.kube_spans import KubeSeries
+from gpumeter.ingest.row_order import gpu_ordered
 from gpumeter.ingest.schema import RAW_TABLES
 
 # Samples of one stream further apart than this many scrape intervals (Δ) mean the exporter was scraped less often
@@ -88,6 +89,11 @@ class RawDay:
             "raw_dra_allocations": self.dra_allocations,
             "raw_dra_devices": self.dra_devices,
         }
+
+    def stored_tables(self) -> dict[str, pa.Table]:
+        """`tables()` as the raw zone stores them: the DCGM rows in GPU order (gpumeter.ingest.row_order), put
+        so here where the source did not write them so."""
+        return self.tables() | {"raw_dcgm_samples": gpu_ordered(self.dcgm)}
 
 
 @dataclass(frozen=True)

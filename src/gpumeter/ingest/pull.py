@@ -58,7 +58,7 @@ def pull_raw_day(
                 config.warehouse.memory_limit,
             )
             for part in parts:
-                for table, rows in part.tables().items():
+                for table, rows in part.stored_tables().items():
                     if rows.num_rows:
                         staged[name].write(table, rows)
                 if part.kube_series is not None:

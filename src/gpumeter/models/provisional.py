@@ -111,7 +111,7 @@ def meter_day_so_far(
         else:
             parts = iter([source.fetch_day(cluster, day, lookback)])
         for part in parts:
-            for table, rows in part.tables().items():
+            for table, rows in part.stored_tables().items():
                 kept = _before(table, rows, through_ms)
                 if kept.num_rows:
                     staged.write(table, kept)

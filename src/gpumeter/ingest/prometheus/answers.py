@@ -15,9 +15,11 @@ from typing import Any
 import msgspec
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.csv as pa_csv
 
 from gpumeter.ingest.kube_spans import KubeSeries
+from gpumeter.ingest.row_order import DCGM_ROW_ORDER
 from gpumeter.ingest.schema import RAW_DCGM_SCHEMA, RAW_KUBE_SCHEMA, dcgm_series_key
 
 # raw_dcgm_samples column -> label names that carry it, most preferred first (docs/telemetry.md). The
@@ -335,25 +337,36 @@ _NUMBERS = pa_csv.ConvertOptions(
 )
 
 
-def _sorted_rows(series: list[Series], keys: pa.Table) -> tuple[np.ndarray, np.ndarray, pa.Array]:
+def _sorted_rows(
+    series: list[Series], keys: pa.Table, major: str | None = None
+) -> tuple[np.ndarray, np.ndarray, pa.Array]:
     """Every series' samples end to end, in the order of a stable sort by (ts_ms, the series' `keys`
-    columns), with each row's series index (to repeat its labels). The same order as sorting the rows by
-    (ts_ms, *keys) in Arrow, but the strings are compared once per series, not once per sample: a series'
-    rank is its place in a stable sort of `keys` (ties by series order, as the rows' own tie order), and the
-    rows are sorted by (ts_ms, rank) as integers."""
+    columns), with each row's series index (to repeat its labels); with `major` (the first of `keys`), by
+    (major, ts_ms, the other keys). The same order as sorting the rows so in Arrow, but the strings are
+    compared once per series, not once per sample: a series' rank is its place in a stable sort of `keys`
+    (ties by series order, as the rows' own tie order), and the rows are sorted by (ts_ms, rank), or by
+    (major's rank, ts_ms, rank), as integers."""
     ts = np.concatenate([s.ts[0] for s in series])
     values = np.concatenate([s.values[0] for s in series])
     lengths = [len(s.ts[0]) for s in series]
-    by_keys = keys.sort_by([(name, "ascending") for name in keys.column_names]).column("series")
+    by_keys = keys.sort_by([(name, "ascending") for name in keys.column_names]).column("series").to_numpy()
     rank = np.empty(len(series), np.int64)
-    rank[by_keys.to_numpy()] = np.arange(len(series), dtype=np.int64)
+    rank[by_keys] = np.arange(len(series), dtype=np.int64)
     index = np.repeat(np.arange(len(series), dtype=np.int32), lengths)
     low = int(ts.min()) if len(ts) else 0
     span = (int(ts.max()) - low + 1) if len(ts) else 1
-    if span * len(series) < 2**62:
-        order = np.argsort((ts - low) * len(series) + rank[index], kind="stable")
+    if major is None:
+        lead, leads = np.zeros(len(series), np.int64), 1
+    else:  # the major column's dense rank: it steps where the sorted keys' major value changes
+        codes = pc.dictionary_encode(keys.column(major)).combine_chunks().indices.fill_null(-1).to_numpy()
+        in_order = codes[by_keys]
+        lead = np.empty(len(series), np.int64)
+        lead[by_keys] = np.cumsum(np.r_[False, in_order[1:] != in_order[:-1]])
+        leads = int(lead.max()) + 1 if len(series) else 1
+    if leads * span * len(series) < 2**62:
+        order = np.argsort((lead[index] * span + (ts - low)) * len(series) + rank[index], kind="stable")
     else:  # a window too long for one int64 key
-        order = np.lexsort((rank[index], ts))
+        order = np.lexsort((rank[index], ts, lead[index]))
     return ts[order], values[order], pa.array(index[order])
 
 
@@ -409,8 +422,8 @@ class SeriesMapping:
         return {v for s in series if (v := s.labels.get(self.cluster_label)) and v != cluster}
 
     def dcgm_table(self, cluster: str, series: list[Series], dictionary: bool = False) -> pa.Table:
-        """raw_dcgm_samples of merged series (one array of samples each), sorted by (ts_ms, metric,
-        hostname, uuid, gpu_i_id). With `dictionary`, each string column is dictionary-encoded by series
+        """raw_dcgm_samples of merged series (one array of samples each), in the raw zone's GPU order
+        (gpumeter.ingest.row_order.DCGM_ROW_ORDER: uuid, ts_ms, series_key, metric). With `dictionary`, each string column is dictionary-encoded by series
         (RAW_DCGM_DICTIONARY_SCHEMA): no string is copied per sample, and a Parquet writer takes the
         dictionary as it is."""
         if not series:
@@ -419,17 +432,19 @@ class SeriesMapping:
         per_series = {"cluster": [r[0] or cluster for r in rows], "metric": [r[1] for r in rows]}
         for i, (column, _) in enumerate(DCGM_LABEL_COLUMNS, start=2):
             per_series[column] = [r[i] for r in rows]
+        series_keys = pa.array([r[-1] for r in rows], pa.uint64())
+        by_series = {"series_key": series_keys} | {
+            name: pa.array(values, pa.string()) for name, values in per_series.items()
+        }
+        major, _time, *minor = DCGM_ROW_ORDER
         keys = pa.table(
-            {
-                "metric": pa.array(per_series["metric"], pa.string()),
-                **{k: pa.array(per_series[k], pa.string()) for k in ("hostname", "uuid", "gpu_i_id")},
-                "series": pa.array(np.arange(len(series), dtype=np.int64)),
-            }
+            {name: by_series[name] for name in (major, *minor)}
+            | {"series": pa.array(np.arange(len(series), dtype=np.int64))}
         )
-        ts, values, index = _sorted_rows(series, keys)
+        ts, values, index = _sorted_rows(series, keys, major=major)
         column = _dictionary_column if dictionary else _column
         columns = {name: column(per_series[name], index) for name in per_series}
-        columns["series_key"] = pa.array([r[-1] for r in rows], pa.uint64()).take(index)
+        columns["series_key"] = series_keys.take(index)
         columns["ts_ms"] = pa.array(ts, pa.int64())
         columns["value"] = pa.array(values, pa.float64())
         schema = RAW_DCGM_DICTIONARY_SCHEMA if dictionary else RAW_DCGM_SCHEMA
