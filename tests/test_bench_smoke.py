@@ -171,7 +171,10 @@ def test_the_streaming_pass_agrees_with_the_models_it_stands_for(tmp_path: Path)
     fleet.step_generate(ws)
     day = ws.start.isoformat()
     raw_rows = sum(pq.ParquetFile(f).metadata.num_rows for f in ws.raw_files("raw_dcgm_samples", ws.start))
-    assert streaming_floor.sort_files(ws.root, day)["rows"] == raw_rows
+    sorted_ = streaming_floor.sort_files(ws.root, day)
+    # The simulator writes the raw zone's DCGM files in GPU order: each is linked, none rewritten.
+    assert sorted_["rows"] == raw_rows
+    assert sorted_["files_already_in_gpu_order"] == len(ws.raw_files("raw_dcgm_samples", ws.start)) > 0
     # The writer's way to that order: the pull's integer key, by GPU first (the order is checked inside).
     assert streaming_floor.window_keys(ws.root, day)["rows"] == raw_rows
     streaming_floor.compute_inputs(ws.root, day)
