@@ -423,9 +423,9 @@ class SeriesMapping:
 
     def dcgm_table(self, cluster: str, series: list[Series], dictionary: bool = False) -> pa.Table:
         """raw_dcgm_samples of merged series (one array of samples each), in the raw zone's GPU order
-        (gpumeter.ingest.row_order.DCGM_ROW_ORDER: uuid, ts_ms, series_key, metric). With `dictionary`, each string column is dictionary-encoded by series
-        (RAW_DCGM_DICTIONARY_SCHEMA): no string is copied per sample, and a Parquet writer takes the
-        dictionary as it is."""
+        (gpumeter.ingest.row_order.DCGM_ROW_ORDER: uuid, ts_ms, series_key, metric). With `dictionary`, each
+        string column is dictionary-encoded by series (RAW_DCGM_DICTIONARY_SCHEMA): no string is copied per
+        sample, and a Parquet writer takes the dictionary as it is."""
         if not series:
             return (RAW_DCGM_DICTIONARY_SCHEMA if dictionary else RAW_DCGM_SCHEMA).empty_table()
         rows = [self._dcgm_row(s, cluster) for s in series]
