@@ -86,6 +86,14 @@ def test_rows_already_in_order_are_kept_as_they_are() -> None:
     assert not in_gpu_order(raw([rows[0], {**rows[1], "ts_ms": 1}]))
     # The series key compares as the unsigned integer it is (2**64 - 1 after 1, not before it as an int64).
     assert in_gpu_order(raw([{**rows[0], "series_key": 1}, rows[0]]))
+    # A null comes after the largest value, not level with it.
+    for name, top in (("series_key", 2**64 - 1), ("ts_ms", 2**63 - 1)):
+        largest = {**rows[0], name: top}
+        assert not in_gpu_order(raw([{**largest, name: None}, largest])), name
+        assert [r[name] for r in gpu_ordered(raw([{**largest, name: None}, largest])).to_pylist()] == [
+            top,
+            None,
+        ]
 
 
 def test_stored_tables_put_only_the_dcgm_rows_in_order() -> None:

@@ -11,6 +11,8 @@ key as an unsigned integer; a null sorts after every value; rows equal in all fo
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -20,8 +22,8 @@ DCGM_ROW_ORDER = ("uuid", "ts_ms", "series_key", "metric")
 
 
 def _rank(column: pa.ChunkedArray | pa.Array) -> np.ndarray:
-    """Each row's place among the column's distinct values in their order (text for strings); a null after
-    all of them. Ranks a dictionary once, not each row's value."""
+    """Each row's place among the column's distinct values in their order (text for strings, unsigned for the
+    series key); a null after all of them. Ranks a dictionary once, not each row's value."""
     encoded = column if pa.types.is_dictionary(column.type) else pc.dictionary_encode(column)
     if isinstance(encoded, pa.ChunkedArray):
         encoded = encoded.unify_dictionaries().combine_chunks()
@@ -32,42 +34,38 @@ def _rank(column: pa.ChunkedArray | pa.Array) -> np.ndarray:
     return rank_of_code[encoded.indices.fill_null(len(values)).to_numpy(zero_copy_only=False)]
 
 
-def _plain(column: pa.ChunkedArray, null_last: int) -> np.ndarray:
-    """An integer column's values, a null as `null_last` (which sorts after every value)."""
-    return column.fill_null(null_last).to_numpy()
+def _keys(rows: pa.Table) -> list[np.ndarray]:
+    """Each row's rank in every column of DCGM_ROW_ORDER, most significant first."""
+    return [_rank(rows[name]) for name in DCGM_ROW_ORDER]
 
 
-def in_gpu_order(rows: pa.Table) -> bool:
-    """Whether `rows` (raw_dcgm_samples) are in DCGM_ROW_ORDER."""
-    if rows.num_rows < 2:
-        return True
-    keys = (
-        _rank(rows["uuid"]),
-        _plain(rows["ts_ms"], np.iinfo(np.int64).max),
-        _plain(rows["series_key"], np.iinfo(np.uint64).max),
-        _rank(rows["metric"]),
-    )
-    # Lexicographic: no step down in a key before an earlier key has stepped up.
-    settled = np.zeros(rows.num_rows - 1, dtype=bool)
+def _in_order(keys: list[np.ndarray]) -> bool:
+    """Whether rows with these keys (most significant first) are in their lexicographic order."""
+    settled = np.zeros(max(len(keys[0]) - 1, 0), dtype=bool)
     for key in keys:
         later, earlier = key[1:], key[:-1]
-        if np.any((later < earlier) & ~settled):
+        if np.any((later < earlier) & ~settled):  # a step down before an earlier key has stepped up
             return False
         settled |= later > earlier
     return True
 
 
+def in_gpu_order(rows: pa.Table) -> bool:
+    """Whether `rows` (raw_dcgm_samples) are in DCGM_ROW_ORDER."""
+    return rows.num_rows < 2 or _in_order(_keys(rows))
+
+
 def gpu_ordered(rows: pa.Table) -> pa.Table:
     """`rows` (raw_dcgm_samples) in DCGM_ROW_ORDER: as they are where they already are (no copy)."""
-    if in_gpu_order(rows):
+    if rows.num_rows < 2:
         return rows
-    uuid, series, metric = _rank(rows["uuid"]), _rank(rows["series_key"]), _rank(rows["metric"])
-    ts = _plain(rows["ts_ms"], np.iinfo(np.int64).max)
-    # Two stable integer sorts rather than one by four keys: by (series, metric), then by (GPU, time).
-    minor = np.argsort(series * (int(metric.max()) + 1) + metric, kind="stable")
-    low, high = int(ts.min()), int(ts.max())
-    if (int(uuid.max()) + 1) * (high - low + 1) < 2**62:
-        major = np.argsort(uuid[minor] * (high - low + 1) + (ts[minor] - low), kind="stable")
-    else:  # a time range too wide for one int64 key (a hostile timestamp)
-        major = np.lexsort((ts[minor], uuid[minor]))
-    return rows.take(pa.array(minor[major]))
+    keys = _keys(rows)
+    if _in_order(keys):
+        return rows
+    sizes = [int(key.max()) + 1 for key in keys]
+    if math.prod(sizes) >= 2**62:  # too many distinct values for one int64 key
+        return rows.take(pa.array(np.lexsort(keys[::-1])))
+    combined = np.zeros(rows.num_rows, np.int64)
+    for key, size in zip(keys, sizes, strict=True):
+        combined = combined * size + key
+    return rows.take(pa.array(np.argsort(combined, kind="stable")))  # stable: ties keep their order
