@@ -118,7 +118,8 @@ def _expected(lo: int, hi: int) -> pa.Table:
             # The series' key of its labels (those it lacks, the MIG ones, are null).
             row["series_key"] = dcgm_series_key(dict.fromkeys(DCGM_SERIES_LABELS) | row)
             rows.append(row)
-    rows.sort(key=lambda r: (r["ts_ms"], r["metric"], r["hostname"], r["uuid"]))
+    # The raw zone's order of DCGM rows: by GPU, time, series key, metric (gpumeter.ingest.row_order).
+    rows.sort(key=lambda r: (r["uuid"], r["ts_ms"], r["series_key"], r["metric"]))
     return pa.Table.from_pylist(rows, schema=RAW_DCGM_SCHEMA)
 
 
@@ -147,7 +148,8 @@ def test_the_day_in_parts_is_the_day_whatever_the_encoding(prom: PrometheusServe
     whole = _source(prom.url).fetch_day("c1", DAY, 120_000).dcgm
     digest = {k: hashlib.sha256(_parquet(v)).hexdigest() for k, v in got.items()}
     assert digest["gzip"] == digest["identity"]
-    keys = ("ts_ms", "metric", "hostname", "uuid", "gpu_i_id")
+    # Each part is in GPU order; the parts together are, once sorted so across parts.
+    keys = ("uuid", "ts_ms", "series_key", "metric")
     in_parts = got["gzip"].sort_by([(k, "ascending") for k in keys]).combine_chunks()
     # Parquet bytes, not Table.equals: NaN is not equal to itself.
     assert _parquet(in_parts) == _parquet(whole) == _parquet(_expected(D0 - 120_000, D1))
