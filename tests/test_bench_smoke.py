@@ -4,8 +4,10 @@ computes what its rules say, by hand. The benchmark itself runs outside CI (benc
 from __future__ import annotations
 
 import json
+import shutil
 from dataclasses import replace
 from datetime import date
+from decimal import Decimal
 from pathlib import Path
 
 import duckdb
@@ -14,12 +16,14 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
-from bench import cores, fleet, sorted_pivot, streaming_floor
+from bench import cores, fleet, marts_equal, sorted_pivot, streaming_floor
 from bench.pandas_meter import cost_by_namespace
 from gpumeter.config import load_config
 from gpumeter.ingest.contract import day_bounds_ms, lookback_ms
+from gpumeter.ingest.row_order import in_gpu_order
 from gpumeter.ingest.schema import DCGM_TEMP
 from gpumeter.models.project import load_models
+from gpumeter.storage.warehouse import Warehouse
 from gpumeter_sim import FactorySpec, write_parquet
 from gpumeter_sim.promserver import binaries_available
 from tests.builders import FactoryBuilder
@@ -337,3 +341,47 @@ def test_cores_reports_each_rounds_ratios_and_each_steps_speedup() -> None:
     two_only = cores.summarize([{"2": measured(1.0)}, {"2": measured(1.2)}])
     assert two_only["a_over_b_prime"] == [{"2": by_hand}] * 2 and "speedup_1_to_2" not in two_only
     assert two_only["mean_s"]["2"]["pass_hourly_s"] == 13.2
+
+
+def test_marts_equal_finds_the_same_marts_over_either_row_order_and_names_a_changed_one(
+    tmp_path: Path,
+) -> None:
+    """bench.marts_equal, what "marts identical" in bench/README.md rests on: one 8-GPU day metered from its raw
+    files in GPU order (as generated) and from the same rows in time order is the same marts; a mart with one
+    value changed by hand, or missing, is named."""
+    ordered = fleet.Workspace(tmp_path / "ordered", gpus=8, days=1)
+    fleet.step_generate(ordered)
+    shutil.copytree(ordered.root, tmp_path / "by-time")
+    by_time = replace(ordered, root=tmp_path / "by-time")
+    for path in by_time.raw_files("raw_dcgm_samples", by_time.start):
+        rows = pq.read_table(path)
+        pq.write_table(rows.sort_by([("ts_ms", "ascending"), ("metric", "descending")]), path)
+        assert not in_gpu_order(pq.read_table(path))
+    for ws in (ordered, by_time):
+        fleet.step_kube_spans(ws)
+        fleet.step_meter(ws, ws.start)
+    same = marts_equal.compare(ordered.root, by_time.root, ordered.start)
+    assert same["identical"] and same["marts"]["device_seconds"]["rows"] > 0
+    assert set(same["marts"]) == {m.table for m in load_models() if m.layer == "marts"}
+    # One row's busy GPU-seconds changed by their last digit (10^-12 s), and one mart gone: both named.
+    config = load_config(by_time.config_path)
+    warehouse = Warehouse.of(config.warehouse)
+    (stored,) = warehouse.day_files("marts", "device_seconds", config.clusters[0].name, by_time.start)
+    rows = pq.read_table(stored)
+    at = rows.schema.get_field_index("busy_gpu_seconds")
+    busy = rows["busy_gpu_seconds"].to_pylist()
+    busy[0] += Decimal("1e-12")
+    pq.write_table(
+        rows.set_column(at, "busy_gpu_seconds", pa.array(busy, rows.schema.field(at).type)), stored
+    )
+    for f in warehouse.day_files("marts", "queue_quota_usage", config.clusters[0].name, by_time.start):
+        f.unlink()
+    differ = marts_equal.compare(ordered.root, by_time.root, ordered.start)
+    assert not differ["identical"]
+    assert {t for t, m in differ["marts"].items() if not m["identical"]} == {
+        "device_seconds",
+        "queue_quota_usage",
+    }
+    assert differ["marts"]["queue_quota_usage"]["rows_against"] is None
+    assert marts_equal.main(["--work", str(ordered.root), "--against", str(by_time.root),
+                             "--day", ordered.start.isoformat()]) == 1  # fmt: skip
