@@ -16,8 +16,9 @@ tests/test_bench_smoke.py does so in CI.
     .venv/bin/python -m bench.streaming_floor check --work /var/tmp/gb/fleet-1000
 
 `sort` writes <work>/sorted/ (every raw column, sorted) and reports its time: what sorting the raw zone after it
-is written would cost (a file already in GPU order, as the raw zone now stores DCGM rows, is linked as it is). `inputs` runs the models the pass reads (device classes, OpenCost price spans,
-unschedulable spans: they run before it in (a)) and writes them to <work>/floor-inputs/, untimed.
+is written would cost (a file already in GPU order, as the raw zone now stores DCGM rows, is linked as it is).
+`inputs` runs the models the pass reads (device classes, OpenCost price spans, unschedulable spans: they run
+before it in (a)) and writes them to <work>/floor-inputs/, untimed.
 `window-keys` times what the Prometheus pull's writer would pay to write each window in GPU order instead (the
 same integer argsort it already does, by another key). `pass` reads the sorted files and reports wall and CPU
 seconds, rows and samples. `downstream` meters the day with the models' own GPU and MIG instance samples
