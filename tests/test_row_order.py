@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 import gpumeter_sim as simulator
 from gpumeter.ingest.contract import RawDay
 from gpumeter.ingest.prometheus.answers import Series, SeriesMapping
-from gpumeter.ingest.row_order import DCGM_ROW_ORDER, gpu_ordered, in_gpu_order
+from gpumeter.ingest.row_order import DCGM_ROW_ORDER, gpu_ordered, in_gpu_order, lexicographic_order
 from gpumeter.ingest.schema import RAW_DCGM_SCHEMA, RAW_TABLES
 from tests.test_properties import PROPERTY_SETTINGS
 
@@ -157,3 +157,13 @@ def test_a_large_table_is_ordered_as_python_orders_it(dictionary: bool) -> None:
         for i in range(20_000)
     ]
     assert gpu_ordered(raw(rows, dictionary)).cast(RAW_DCGM_SCHEMA).to_pylist() == by_python(raw(rows))
+
+
+@pytest.mark.parametrize("high", [3, 2**40], ids=["one int64 key", "too wide for one: lexsort"])
+def test_the_order_by_integer_keys_is_pythons(high: int) -> None:
+    """lexicographic_order, which the order, the Prometheus mapping and the simulator sort with: stable, most
+    significant key first, whether the keys fit one int64 or not."""
+    rng = random.Random(high)
+    rows = [(rng.randrange(high), rng.randrange(high), rng.randrange(high)) for _ in range(2_000)]
+    keys = [np.array(column, np.int64) for column in zip(*rows, strict=True)]
+    assert lexicographic_order(keys).tolist() == sorted(range(len(rows)), key=lambda i: rows[i])

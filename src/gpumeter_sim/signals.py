@@ -15,6 +15,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from gpumeter.ingest.row_order import lexicographic_order
 from gpumeter.ingest.schema import (
     DCGM_ENERGY,
     DCGM_FB_FREE,
@@ -93,12 +94,7 @@ class _Rows:
             metric_rank = np.empty(len(self.metrics), np.int64)
             metric_rank[np.argsort(np.array(list(self.metrics), dtype=object))] = np.arange(len(self.metrics))
             metric = metric_rank[np.concatenate(self.metric)]
-            low = int(idx.min())
-            slots = int(idx.max()) - low + 1
-            order = np.argsort(
-                ((major * slots + idx - low) * (int(minor.max()) + 1) + minor) * len(self.metrics) + metric,
-                kind="stable",
-            )
+            order = lexicographic_order([major, idx.astype(np.int64) - int(idx.min()), minor, metric])
         idx = idx[order]
         metric = pa.array(list(self.metrics)).take(pa.array(np.concatenate(self.metric)[order]))
         labels = pa.array(np.concatenate(self.label)[order])

@@ -62,10 +62,16 @@ def gpu_ordered(rows: pa.Table) -> pa.Table:
     keys = _keys(rows)
     if _in_order(keys):
         return rows
-    sizes = [int(key.max()) + 1 for key in keys]
+    return rows.take(pa.array(lexicographic_order(keys)))
+
+
+def lexicographic_order(keys: list[np.ndarray]) -> np.ndarray:
+    """The stable order of rows by non-negative integer keys, most significant first: one argsort of the keys
+    combined into one int64 where their ranges fit, else a lexsort. Ties keep their order."""
+    sizes = [int(key.max()) + 1 if len(key) else 1 for key in keys]
     if math.prod(sizes) >= 2**62:  # too many distinct values for one int64 key
-        return rows.take(pa.array(np.lexsort(keys[::-1])))
-    combined = np.zeros(rows.num_rows, np.int64)
+        return np.lexsort(keys[::-1])
+    combined = np.zeros(len(keys[0]), np.int64)
     for key, size in zip(keys, sizes, strict=True):
         combined = combined * size + key
-    return rows.take(pa.array(np.argsort(combined, kind="stable")))  # stable: ties keep their order
+    return np.argsort(combined, kind="stable")

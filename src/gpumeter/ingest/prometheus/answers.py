@@ -19,7 +19,7 @@ import pyarrow.compute as pc
 import pyarrow.csv as pa_csv
 
 from gpumeter.ingest.kube_spans import KubeSeries
-from gpumeter.ingest.row_order import DCGM_ROW_ORDER
+from gpumeter.ingest.row_order import DCGM_ROW_ORDER, lexicographic_order
 from gpumeter.ingest.schema import RAW_DCGM_SCHEMA, RAW_KUBE_SCHEMA, dcgm_series_key
 
 # raw_dcgm_samples column -> label names that carry it, most preferred first (docs/telemetry.md). The
@@ -353,20 +353,15 @@ def _sorted_rows(
     rank = np.empty(len(series), np.int64)
     rank[by_keys] = np.arange(len(series), dtype=np.int64)
     index = np.repeat(np.arange(len(series), dtype=np.int32), lengths)
-    low = int(ts.min()) if len(ts) else 0
-    span = (int(ts.max()) - low + 1) if len(ts) else 1
+    by_time = [ts - (int(ts.min()) if len(ts) else 0), rank[index]]
     if major is None:
-        lead, leads = np.zeros(len(series), np.int64), 1
+        order = lexicographic_order(by_time)
     else:  # the major column's dense rank: it steps where the sorted keys' major value changes
         codes = pc.dictionary_encode(keys.column(major)).combine_chunks().indices.fill_null(-1).to_numpy()
         in_order = codes[by_keys]
         lead = np.empty(len(series), np.int64)
         lead[by_keys] = np.cumsum(np.r_[False, in_order[1:] != in_order[:-1]])
-        leads = int(lead.max()) + 1 if len(series) else 1
-    if leads * span * len(series) < 2**62:
-        order = np.argsort((lead[index] * span + (ts - low)) * len(series) + rank[index], kind="stable")
-    else:  # a window too long for one int64 key
-        order = np.lexsort((rank[index], ts, lead[index]))
+        order = lexicographic_order([lead[index], *by_time])
     return ts[order], values[order], pa.array(index[order])
 
 
