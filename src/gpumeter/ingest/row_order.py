@@ -65,13 +65,22 @@ def gpu_ordered(rows: pa.Table) -> pa.Table:
     return rows.take(pa.array(lexicographic_order(keys)))
 
 
-def lexicographic_order(keys: list[np.ndarray]) -> np.ndarray:
-    """The stable order of rows by non-negative integer keys, most significant first: one argsort of the keys
-    combined into one int64 where their ranges fit, else a lexsort. Ties keep their order."""
+def combined_key(keys: list[np.ndarray]) -> np.ndarray | None:
+    """Non-negative integer keys, most significant first, as one int64 that orders rows as they do; None where
+    their ranges do not fit one int64."""
     sizes = [int(key.max()) + 1 if len(key) else 1 for key in keys]
     if math.prod(sizes) >= 2**62:  # too many distinct values for one int64 key
-        return np.lexsort(keys[::-1])
+        return None
     combined = np.zeros(len(keys[0]), np.int64)
     for key, size in zip(keys, sizes, strict=True):
         combined = combined * size + key
+    return combined
+
+
+def lexicographic_order(keys: list[np.ndarray]) -> np.ndarray:
+    """The stable order of rows by non-negative integer keys, most significant first: one argsort of the keys
+    combined into one int64 where their ranges fit, else a lexsort. Ties keep their order."""
+    combined = combined_key(keys)
+    if combined is None:
+        return np.lexsort(keys[::-1])
     return np.argsort(combined, kind="stable")

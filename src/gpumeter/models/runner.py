@@ -136,9 +136,12 @@ def meter_day(
                             "gpumeter.models.python_models has no function for it"
                         )
                     table = PYTHON_MODEL_FUNCTIONS[model.name](con, config)
-                    con.register(f"{model.name}__arrow", table)
-                    con.execute(f"create table {model.name} as select * from {model.name}__arrow")
-                    con.unregister(f"{model.name}__arrow")
+                    if isinstance(table, str):  # a table the function built in the session itself
+                        con.execute(f"alter table {_identifier(table)} rename to {model.name}")
+                    else:
+                        con.register(f"{model.name}__arrow", table)
+                        con.execute(f"create table {model.name} as select * from {model.name}__arrow")
+                        con.unregister(f"{model.name}__arrow")
                 else:
                     if profile_dir is not None:
                         con.execute("set enable_profiling = 'json'")
