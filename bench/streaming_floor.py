@@ -488,7 +488,7 @@ def one_file(
 
     # What the models left in SQL read from the series samples, which the pass does not store: the series
     # holders of shared device samples (int_keyed_device_holders), device samples whose vgpu copies disagree
-    # (int_vgpu_copy_conflicts), and the count of rows that copy a reading (stg_dcgm_quarantine).
+    # (int_vgpu_copy_conflicts), and the count of rows that copy a reading (int_dcgm_quarantine).
     shared_gpu = over_all(
         in_day & priced & ~is_mig & (g_first_holder < BIG) & (g_first_holder != g_last_holder), False
     )
@@ -762,21 +762,16 @@ def run_pass(work: Path, day: str, threads: int, store: str | None, bucket_s: in
 
 # What the pass's counts are checked against: the same counts and sums over the models' own tables.
 MODELS_CHECKED = (
-    "stg_dcgm_samples",
     "stg_dcgm_series",
     "int_gpu_samples",
     "int_mig_instance_samples",
     "int_vgpu_copy_conflicts",
+    "int_dcgm_copied_samples",
+    "int_shared_sample_series_holders",
 )
 TRUTH_SQL = """
-with shared as (
-    select device_key, ts_ms from int_gpu_samples where labelled and holder_key is null and not is_mig
-    union all
-    select device_key, ts_ms from int_mig_instance_samples where labelled and holder_key is null
-)
 select
-    (select count(*) from stg_dcgm_samples) as series_samples,
-    (select count(*) filter (where has_copies) from stg_dcgm_samples) as series_samples_with_copies,
+    (select count(*) from int_dcgm_copied_samples) as series_samples_with_copies,
     (select count(*) from stg_dcgm_series) as series,
     (select count(*) from int_gpu_samples) as gpu_samples_in_day,
     (select count(*) filter (where is_mig) from int_gpu_samples) as mig_gpu_samples_in_day,
@@ -791,15 +786,7 @@ select
     (select sum(price_units) from int_mig_instance_samples) as mig_price_units,
     (select round(sum(weight) * 1e6) from int_mig_instance_samples) as mig_weight_sum_x1e6,
     (select count(*) from int_vgpu_copy_conflicts) as vgpu_copy_conflicts,
-    (
-        select count(*) from (
-            select distinct s.ts_ms, d.device_key, d.holder_key
-            from stg_dcgm_samples as s
-            join stg_dcgm_series as d on d.series_key = s.series_key
-            join shared as m on m.device_key = d.device_key and m.ts_ms = s.ts_ms
-            where s.in_day and s.observed and d.holder_key is not null
-        )
-    ) as shared_holder_pairs
+    (select count(*) from int_shared_sample_series_holders) as shared_holder_pairs
 """
 # The hourly sums (`--store hourly`) against the models' counts and sums.
 HOURLY_CHECKED = {
@@ -851,15 +838,18 @@ def check(work: Path, day: str) -> dict[str, Any]:
     return {"step": "check", "equal": not differ, "differ": differ, **truth}
 
 
-# The five models the pass stands for, and of them the two whose tables the later models read.
-PASS_MODELS = (
-    "stg_dcgm_samples",
-    "stg_dcgm_series",
+# The tables of the product's sample pass (gpumeter.models.sample_pass), which the floor's pass stands for,
+# the two of them that hold samples, and the models the floor's pass stood for before the product had one.
+PASS_TABLES = (
     "int_gpu_samples",
     "int_mig_instance_samples",
-    "stg_dcgm_quarantine",
+    "int_dcgm_copied_samples",
+    "int_gpu_samples_on_several_nodes",
+    "int_shared_sample_series_holders",
+    "int_vgpu_copy_disagreements",
 )
-PASS_TABLES = ("int_gpu_samples", "int_mig_instance_samples")
+SAMPLE_TABLES = ("int_gpu_samples", "int_mig_instance_samples")
+PASS_MODELS = ("stg_dcgm_series", "int_dcgm_quarantine", *PASS_TABLES)
 
 
 # What a device sample's later models read as a value, not as a key: summed (energy), taken at their largest
@@ -907,7 +897,7 @@ def _compress(work: Path, bucket_s: int, parts: int) -> dict[str, Any]:
     shutil.rmtree(folder, ignore_errors=True)
     con = _session()
     rows: dict[str, int] = {}
-    for name in PASS_TABLES:
+    for name in SAMPLE_TABLES:
         found = sorted((work / "downstream" / name).glob("*.parquet"))
         if not found:
             raise SystemExit(f"{work / 'downstream' / name}: no files; run `downstream --stored setup` first")
@@ -925,13 +915,13 @@ def downstream(
     work: Path, day: str, stored: str, parts: int = 80, bucket_s: int | None = None
 ) -> dict[str, Any]:
     """What the models after the pass cost when its tables are DuckDB tables or Parquet files. `setup` writes
-    the models' own int_gpu_samples and int_mig_instance_samples as `parts` Parquet files each (Snappy, as
-    `pass --store parquet` writes them); `duckdb` meters the day with those two models loaded from the files
-    into tables (the load is the pass's store, not counted), `parquet` with the two as views over the files.
-    With `bucket_s`, the same with the two tables compressed (`compressed_sql`; setup compresses the files the
-    plain setup wrote): the later models' cost in the compressed-samples design, whose totals would need each
-    row's sample count, which these rows do not carry (the time, not the result, is measured).
-    Reported: the seconds of the models other than the five the pass stands for."""
+    the sample pass's tables (PASS_TABLES) as `parts` Parquet files each (Snappy, as `pass --store parquet`
+    writes them); `duckdb` meters the day with those models loaded from the files into tables (the load is the
+    pass's store, not counted), `parquet` with them as views over the files. With `bucket_s`, the same with
+    the two sample tables compressed (`compressed_sql`; setup compresses the files the plain setup wrote): the
+    later models' cost in the compressed-samples design, whose totals would need each row's sample count,
+    which these rows do not carry (the time, not the result, is measured). Reported: the seconds of the models
+    other than those the pass stands for (PASS_MODELS)."""
     metered = date.fromisoformat(day)
     folder = work / ("downstream" if bucket_s is None else f"downstream-{bucket_s}s")
     if stored == "setup" and bucket_s is not None:
@@ -955,7 +945,8 @@ def downstream(
                 ),
             )
         if model.name in PASS_TABLES:
-            files = ", ".join(f"'{f}'" for f in sorted((folder / model.name).glob("*.parquet")))
+            kept = folder if model.name in SAMPLE_TABLES else work / "downstream"
+            files = ", ".join(f"'{f}'" for f in sorted((kept / model.name).glob("*.parquet")))
             model = replace(
                 model,
                 sql=f"select * from read_parquet([{files}])",
@@ -970,7 +961,7 @@ def downstream(
         "step": f"downstream_{stored}" + ("" if bucket_s is None else f"_{bucket_s}s"),
         "meter_s": time.perf_counter() - started,
         "other_models_s": sum(v for k, v in seconds.items() if k not in PASS_MODELS),
-        "pass_tables_s": {k: seconds.get(k, 0.0) for k in PASS_TABLES},
+        "pass_tables_s": {k: seconds.get(k, 0.0) for k in SAMPLE_TABLES},
         "slowest_other_models_s": dict(
             sorted(((k, v) for k, v in seconds.items() if k not in PASS_MODELS), key=lambda kv: -kv[1])[:8]
         ),

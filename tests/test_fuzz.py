@@ -323,7 +323,7 @@ def test_hostile_samples_keep_every_invariant(rows: list[dict[str, Any]], seed: 
     # Nothing silently dropped: the dropped rows are the oracle's, each a quarantine row, and every GPU
     # sample of the day that a kept row of a reading the accounting uses shows is observed (once, R1; R4:
     # an XID or power row alone observes nothing, docs/rules.md).
-    quarantine = out["stg_dcgm_quarantine"].to_pylist()
+    quarantine = out["int_dcgm_quarantine"].to_pylist()
     for reason in sorted({q["reason"] for q in quarantine}):  # --hypothesis-show-statistics: how often each
         event(f"quarantine reason {reason}")
     assert sum(q["action"] == "dropped" for q in quarantine) == sum(map(_dropped_by_oracle, rows))

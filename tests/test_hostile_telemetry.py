@@ -1,6 +1,6 @@
 """Hostile telemetry, hand-computed: each bad input has one defined behaviour (clamp, dedupe, ignore the value,
 drop the sample, or one clear error), and whatever is set aside is counted in data_quality with the
-GPU-seconds at stake (stg_dcgm_quarantine; docs/reliability.md).
+GPU-seconds at stake (int_dcgm_quarantine; docs/reliability.md).
 
 As in tests/test_rules.py: Δ = 60 s, H100 at 3.60/GPU-hour (0.06 a sample), A100-80GB at 4.20; `team-a` owns
 `ns-a`, `team-b` owns `ns-b`.
@@ -57,7 +57,7 @@ def quality(out: Out, node: str | None = "n1") -> dict[str, Any]:
 def reasons(out: Out) -> dict[str, int]:
     """reason -> raw rows set aside, over the whole day."""
     counted: dict[str, int] = {}
-    for row in out["stg_dcgm_quarantine"].to_pylist():
+    for row in out["int_dcgm_quarantine"].to_pylist():
         counted[row["reason"]] = counted.get(row["reason"], 0) + 1
     return counted
 
@@ -245,7 +245,7 @@ IGNORING = {"non_finite_value", "negative_value", "implausible_value"}
     )
 )
 def test_the_value_taken_agrees_with_the_reason_given(rows: list[tuple[str, float | None, bool]]) -> None:
-    """stg_dcgm_judged writes a row's reason (what stg_dcgm_quarantine reports), whether it has one (what the
+    """stg_dcgm_judged writes a row's reason (what int_dcgm_quarantine reports), whether it has one (what the
     quarantine filters by) and the value it is taken at (what stg_dcgm_samples reads) as separate expressions,
     so that none is evaluated again for another on every raw row. They must agree on every row: kept as it
     came, clamped (R10), ignored, or dropped."""
@@ -496,7 +496,7 @@ def test_label_values_are_data_whatever_they_contain(value: str) -> None:
     row = one(out, "mart_device_seconds", pod=value)
     assert (row["namespace"], row["container"], row["tenant"]) == (value, value, UNALLOCATED)
     assert row["device_seconds"] == D(120)
-    assert out["stg_dcgm_samples"].num_rows == 2  # the raw table is intact
+    assert out["int_gpu_samples"].num_rows == 2  # the raw table is intact
 
 
 def test_a_huge_label_set_on_a_pod_is_read() -> None:
@@ -512,7 +512,7 @@ def test_a_huge_label_set_on_a_pod_is_read() -> None:
 
 
 def test_quarantine_reasons_sum_to_the_rows_set_aside() -> None:
-    """Every row in stg_dcgm_quarantine is counted in data_quality exactly once (per reason)."""
+    """Every row in int_dcgm_quarantine is counted in data_quality exactly once (per reason)."""
     f = factory().gpu("n1", "GPU-1", H100)
     f.sample("GPU-1", 0, util=math.nan, fb=-1, pod=P1)
     f.sample("GPU-1", 1, util=500, energy=math.inf, pod=P1)
@@ -535,4 +535,4 @@ def test_quarantine_reasons_sum_to_the_rows_set_aside() -> None:
     )
     q = quality(out)
     assert q["quarantined_samples"] == 6 and q["duplicate_samples"] == 1
-    assert sum(Decimal(v["samples"]) for v in counted.values()) == out["stg_dcgm_quarantine"].num_rows
+    assert sum(Decimal(v["samples"]) for v in counted.values()) == out["int_dcgm_quarantine"].num_rows

@@ -65,7 +65,8 @@ def test_job_materializes_every_model_and_passes_checks(demo_dir: Path) -> None:
         keys = {e.asset_key for e in result.get_asset_materialization_events()}
         for name in (
             "raw_dcgm_samples",
-            "stg_dcgm_samples",
+            "stg_dcgm_series",
+            "int_gpu_samples",
             "int_device_holders",
             "mart_device_seconds",
             "mart_tenant_daily_cost",
@@ -86,10 +87,12 @@ def test_lineage_runs_raw_to_staging_to_marts(demo_dir: Path) -> None:
     parents = graph.get(AssetKey("mart_device_seconds")).parent_keys
     assert AssetKey("int_keyed_device_holders") in parents
     assert AssetKey("int_holder_tenants") in parents
-    assert AssetKey("raw_dcgm_samples") in graph.get(AssetKey("stg_dcgm_samples")).parent_keys
+    assert AssetKey("raw_dcgm_samples") in graph.get(AssetKey("stg_dcgm_series")).parent_keys
+    # A Python model stands on what it declares it reads: the sample pass on the raw rows, judged.
+    assert AssetKey("raw_dcgm_samples") in graph.get(AssetKey("int_gpu_samples")).parent_keys
     # An ephemeral model (a view inside the run) is no asset: its readers stand on what it reads.
     assert "stg_dcgm_judged" not in {key.path[-1] for key in graph.get_all_asset_keys()}
-    assert AssetKey("raw_dcgm_samples") in graph.get(AssetKey("stg_dcgm_quarantine")).parent_keys
+    assert AssetKey("raw_dcgm_samples") in graph.get(AssetKey("int_dcgm_quarantine")).parent_keys
     assert AssetKey("mart_tenant_daily_cost") in graph.get(AssetKey("invoice_lines")).parent_keys
 
 

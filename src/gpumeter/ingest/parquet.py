@@ -127,7 +127,7 @@ class ParquetRawSource:
         for table in ("raw_dcgm_samples", "raw_kube_samples"):
             # The day before: only its rows inside the lookback. The day's own files: every row, also one
             # timestamped outside the day (misfiled, or far in the past or future). The accounting counts
-            # those as quarantined (stg_dcgm_quarantine, R2) instead of their vanishing here.
+            # those as quarantined (int_dcgm_quarantine, R2) instead of their vanishing here.
             for d, bounds in ((day - timedelta(days=1), (window_start, end_ms)), (day, (None, None))):
                 for path in self._day_files(table, cluster, d):
                     for rows in _read_window(path, table, *bounds):

@@ -1,5 +1,6 @@
-"""The two intermediate models written in Python: their job is to stop the run with one clear message (a
-device with no price, an unparseable MIG profile) or to apply the config's tenant rules (R7)."""
+"""The intermediate models written in Python: two stop the run with one clear message (a device with no price,
+an unparseable MIG profile) or apply the config's tenant rules (R7); the others are the sample pass's tables
+(gpumeter.models.sample_pass), which the pass writes in one reading of the day's DCGM rows."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import duckdb
 import pyarrow as pa
 
 from gpumeter.config import Config
+from gpumeter.models import sample_pass
 from gpumeter.models.catalog import CatalogError, resolve_device_class
 from gpumeter.models.money import price_units, weight_units
 from gpumeter.models.project import AccountingError
@@ -126,7 +128,26 @@ def _holder_tenants(con: duckdb.DuckDBPyConnection, config: Config) -> pa.Table:
     return pa.table(rows, schema=schema)
 
 
-PYTHON_MODEL_FUNCTIONS: dict[str, Callable[[duckdb.DuckDBPyConnection, Config], pa.Table]] = {
+def _gpu_samples(con: duckdb.DuckDBPyConnection, _config: Config) -> str:
+    """The sample pass runs here, the first of its tables to be read; the others wait in the session."""
+    sample_pass.run(con)
+    return sample_pass.GPU_SAMPLES
+
+
+def _written_by_the_pass(table: str) -> Callable[[duckdb.DuckDBPyConnection, Config], str]:
+    def model(_con: duckdb.DuckDBPyConnection, _config: Config) -> str:
+        return table
+
+    return model
+
+
+PYTHON_MODEL_FUNCTIONS: dict[str, Callable[[duckdb.DuckDBPyConnection, Config], pa.Table | str]] = {
     "int_device_classes": _device_classes,
     "int_holder_tenants": _holder_tenants,
+    "int_gpu_samples": _gpu_samples,
+    "int_mig_instance_samples": _written_by_the_pass(sample_pass.MIG_INSTANCE_SAMPLES),
+    "int_dcgm_copied_samples": _written_by_the_pass(sample_pass.COPIED_SAMPLES),
+    "int_gpu_samples_on_several_nodes": _written_by_the_pass(sample_pass.UUIDS_ON_SEVERAL_NODES),
+    "int_shared_sample_series_holders": _written_by_the_pass(sample_pass.SHARED_SAMPLE_HOLDERS),
+    "int_vgpu_copy_disagreements": _written_by_the_pass(sample_pass.VGPU_COPY_CONFLICTS),
 }

@@ -187,7 +187,7 @@ def unmapped_namespaces(marts_by_cluster: dict[str, dict[str, pa.Table]]) -> Ass
 
 
 def quarantined_samples(marts_by_cluster: dict[str, dict[str, pa.Table]]) -> AssetCheckResult:
-    """Warns when stg_dcgm_quarantine set raw samples aside: what the day did not bill as it came, counted
+    """Warns when int_dcgm_quarantine set raw samples aside: what the day did not bill as it came, counted
     and shown per node (deduplicated copies are R1, not a warning; they are in the metadata)."""
     by_node: dict[str, dict[str, object]] = {}
     quarantined = duplicates = 0

@@ -1,7 +1,8 @@
 -- One row per raw DCGM row × reason the accounting did not take it as it came: dropped, value ignored,
--- clamped, deduplicated or merged.
+-- clamped, deduplicated or merged. The samples with copies and the GPUs on two nodes come from the sample
+-- pass (gpumeter.models.sample_pass); the rows are the judged raw rows of those samples.
 with read_values as not materialized (
-    -- The rows whose value stg_dcgm_samples reads, at the value it takes.
+    -- The rows whose value a sample reads, at the value it takes.
     select * exclude (series_key, value_read, observes, dropped, quarantined, reason), series_key
     from stg_dcgm_judged
     where not dropped and clean_value is not null and value_read
@@ -14,7 +15,7 @@ split_series as materialized (
     qualify count(*) over (partition by cluster, node, uuid, gpu_i_id, namespace, pod, container) > 1
 ),
 copied_samples as materialized (
-    select ts_ms, series_key from stg_dcgm_samples where has_copies
+    select ts_ms, series_key from int_dcgm_copied_samples
 ),
 candidates as (
     select * from read_values semi join copied_samples using (ts_ms, series_key)
@@ -35,19 +36,11 @@ extra_copies as (
 ),
 shared_uuids as materialized (
     -- One GPU UUID reported by two nodes at one time is one GPU (R1, R4): it is counted once, at the first
-    -- node by name (int_gpu_samples), and the other node's rows are reported here. Only a UUID whose series
-    -- name two nodes can be: its samples alone are grouped.
-    select d.cluster, d.uuid, s.ts_ms, min(d.node) as billed_node
-    from stg_dcgm_samples as s
-    join stg_dcgm_series as d using (series_key)
-    where s.observed and d.uuid in (
-        select uuid from stg_dcgm_series
-        group by uuid
-        having min(coalesce(node, chr(0))) <> max(coalesce(node, chr(0)))
-    )
-    group by all
-    -- two or more distinct nodes (a null node counts as one): min <> max is a cheaper count(distinct) > 1
-    having min(coalesce(d.node, chr(0))) <> max(coalesce(d.node, chr(0)))
+    -- node by name (int_gpu_samples), and the other node's rows are reported here.
+    select g.cluster, g.uuid, s.ts_ms, n.node as billed_node
+    from int_gpu_samples_on_several_nodes as s
+    join (select distinct gpu_key, cluster, uuid from stg_dcgm_series) as g using (gpu_key)
+    join stg_dcgm_nodes as n on n.node_key = s.billed_node_key
 )
 select
     * exclude (series_key, value_read, observes, dropped, quarantined, reason, clean_value),

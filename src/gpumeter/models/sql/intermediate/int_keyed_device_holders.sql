@@ -4,22 +4,10 @@
 -- int_mig_instance_samples) and holds the share int_holders gives it: those samples, nearly all of a day's, are
 -- not repeated here. Devices and holders by their integer keys (stg_dcgm_series, int_holders);
 -- int_device_holders shows every holder of every device sample with names.
-with shared_samples as materialized (
-    -- The device samples whose series name several pods (labelled, but no one holder_key).
-    select ts_ms, device_key from int_keyed_device_samples where labelled and holder_key is null
-),
-series_holders as (
+with series_holders as (
     -- Pod labels on a series name its holder (R5); copies of one device for several pods are one device
-    -- shared by them (R6). Only the series of devices ever shared are joined to their samples.
-    select distinct s.ts_ms, d.device_key, d.holder_key
-    from stg_dcgm_samples as s
-    join (
-        select series_key, device_key, holder_key
-        from stg_dcgm_series
-        where holder_key is not null and device_key in (select device_key from shared_samples)
-    ) as d on d.series_key = s.series_key
-    semi join shared_samples as m on m.device_key = d.device_key and m.ts_ms = s.ts_ms
-    where s.in_day and s.observed
+    -- shared by them (R6): the sample pass lists the pods of each such sample.
+    select ts_ms, device_key, holder_key from int_shared_sample_series_holders
     union all
     -- A KAI reservation pod alone on a device sample: its group's Running pods hold it.
     select g.ts_ms, g.device_key, g.holder_key

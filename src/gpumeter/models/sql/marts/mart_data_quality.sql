@@ -1,6 +1,6 @@
 -- One row per node of the day (null: rows without a Hostname label): coverage, observed against expected
 -- GPU-seconds (R4), GPU samples that repeat a scrape, the over-booking figures the asset checks read, and the
--- raw samples stg_dcgm_quarantine set aside with the GPU-seconds at stake.
+-- raw samples int_dcgm_quarantine set aside with the GPU-seconds at stake.
 with observed as (
     select n.node, o.observed_gpu_seconds, o.observed_gpus, o.repeated_scrape_samples
     from (
@@ -99,7 +99,7 @@ quarantine as (
         coalesce(q.uuid, q.hostname || '/' || q.gpu, '?') || coalesce('/' || q.gpu_i_id, '') as device_key,
         q.ts_ms,
         coalesce(c.weight, 1.0) as weight
-    from stg_dcgm_quarantine as q
+    from int_dcgm_quarantine as q
     left join int_device_classes as c
         on c.model_name = q.model_name and c.mig_profile is not distinct from q.gpu_i_profile
 ),

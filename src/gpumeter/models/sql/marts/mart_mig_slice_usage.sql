@@ -90,7 +90,7 @@ select
     metered_day() as day,
     nd.node,
     gp.uuid,
-    -- A MIG sample whose instances were all set aside (stg_dcgm_quarantine) has no layout to name.
+    -- A MIG sample whose instances were all set aside (int_dcgm_quarantine) has no layout to name.
     coalesce(n.layout, '') as layout,
     v.gpu_i_id,
     p.gpu_model,

@@ -8,7 +8,7 @@ with read_rows as (
         container, vgpu, dra_claim_name, dra_claim_namespace, dra_driver_name, dra_pool_name, dra_device_name,
         -- The series a row belongs to: one integer for every label the accounting reads, stored with the row
         -- or a hash of those labels (gpumeter.models.runner), so that the day's largest group-by
-        -- (stg_dcgm_samples) groups one integer instead of nine strings; stg_dcgm_series checks that each
+        -- (the sample pass) groups one integer instead of nine strings; stg_dcgm_series checks that each
         -- series has one key and no two series share one.
         series_key,
         metric in (
@@ -39,7 +39,7 @@ select
         or ts_ms is null or ts_ms < getvariable('window_start_ms') or ts_ms >= getvariable('day_end_ms')
         or uuid is null
         or (gpu_i_id is null) <> (gpu_i_profile is null) as dropped,
-    -- Whether the row has a reason below: the same conditions as one filter for stg_dcgm_quarantine, each value
+    -- Whether the row has a reason below: the same conditions as one filter for int_dcgm_quarantine, each value
     -- test before its metric's, so that a row with none (nearly every row) costs few string comparisons.
     cluster is distinct from getvariable('cluster')
         or ts_ms is null or ts_ms < getvariable('window_start_ms') or ts_ms >= getvariable('day_end_ms')

@@ -1,7 +1,8 @@
 -- One row per DCGM series of the day and its lookback: the labels the accounting reads (R1, R3, R5), once per
--- series; `series_key` joins stg_dcgm_samples. Dense integer keys of the series' GPU, device, node, model, MIG
--- profile and holder let the per-sample models group and join integers, not strings; each is ranked in name
--- order, so the least key is the least name (min(node) picks the first node by name, R4).
+-- series; `series_key` names it in the raw rows (read by the sample pass). Dense integer keys of the series'
+-- GPU, device, node, model, MIG profile and holder let the per-sample models group and join integers, not
+-- strings; each is ranked in name order, so the least key is the least name (the least node key picks the
+-- first node by name, R4).
 select
     -- The key the series' rows carry (stg_dcgm_judged); none where they carry two (files keyed by two
     -- writers that disagree): assert_series_keys_are_distinct stops the day then.

@@ -1,0 +1,654 @@
+"""The sample pass: the day's DCGM rows, already judged (stg_dcgm_judged), read once, a range of GPUs at a time,
+and turned into the GPU samples (int_gpu_samples) and MIG instance samples (int_mig_instance_samples), with the
+few things the other models read from each series' samples (int_dcgm_quarantine, int_vgpu_copy_conflicts,
+int_keyed_device_holders). The rules are those docs/rules.md states and tests/reference_sql/ holds as SQL: each
+step below names the rule it applies.
+
+Why a pass and not SQL: the SQL grouped the day's rows three times by hash (series and time, GPU and time,
+instance and time), each a state per sample for tens of millions of samples. The raw zone stores each part in
+GPU order (gpumeter.ingest.row_order), so here each grouping is a run of neighbours. The order is checked,
+never assumed: a range of rows not in order is sorted first, which costs time, not correctness."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import duckdb
+import numpy as np
+import polars as pl
+import pyarrow as pa
+
+from gpumeter.ingest.row_order import combined_key
+from gpumeter.ingest.schema import (
+    DCGM_ENERGY,
+    DCGM_FB_USED,
+    DCGM_GPU_UTIL,
+    DCGM_GR_ENGINE_ACTIVE,
+    DCGM_POWER,
+    DCGM_XID,
+)
+from gpumeter.models.project import AccountingError
+
+# The metrics a sample reads, in name order (the raw zone's order of rows within a series' sample).
+READ_METRICS = tuple(
+    sorted((DCGM_GR_ENGINE_ACTIVE, DCGM_GPU_UTIL, DCGM_FB_USED, DCGM_ENERGY, DCGM_XID, DCGM_POWER))
+)
+GR, UTIL, FB, ENERGY, XID = (
+    READ_METRICS.index(m) for m in (DCGM_GR_ENGINE_ACTIVE, DCGM_GPU_UTIL, DCGM_FB_USED, DCGM_ENERGY, DCGM_XID)
+)
+# R4 (our reading): a row of one of these makes its series observed at its time, whatever its value.
+OBSERVES = [READ_METRICS.index(m) for m in (DCGM_GR_ENGINE_ACTIVE, DCGM_GPU_UTIL, DCGM_FB_USED, DCGM_ENERGY)]
+# The rows of a range of GPUs read at once: the pass's memory is a few hundred bytes per row of it.
+ROWS_PER_RANGE = 6_000_000
+NONE = -1  # a null key
+LEAST_NONE = np.iinfo(np.int32).max  # a null skipped by a min
+
+# The side tables the pass writes, read by the models it feeds (their one list).
+GPU_SAMPLES = "sample_pass__gpu_samples"
+MIG_INSTANCE_SAMPLES = "sample_pass__mig_instance_samples"
+COPIED_SAMPLES = "sample_pass__copied_samples"
+UUIDS_ON_SEVERAL_NODES = "sample_pass__uuids_on_several_nodes"
+SHARED_SAMPLE_HOLDERS = "sample_pass__shared_sample_holders"
+VGPU_COPY_CONFLICTS = "sample_pass__vgpu_copy_conflicts"
+
+GPU_SAMPLE_SCHEMA = pa.schema(
+    [
+        ("gpu_key", pa.int32()),
+        ("ts_ms", pa.int64()),
+        ("node_key", pa.int32()),
+        ("model_key", pa.int32()),
+        ("is_mig", pa.bool_()),
+        ("unhealthy", pa.bool_()),
+        ("gpu_price_per_hour", pa.float64()),
+        ("gpu_price_units", pa.int64()),
+        ("gpu_fb_used_mib", pa.float64()),
+        ("energy_joules", pa.float64()),
+        ("energy_mj", pa.int64()),
+        ("device_key", pa.int32()),
+        ("weight", pa.float64()),
+        ("price_units", pa.int64()),
+        ("busy", pa.float64()),
+        ("fb_used_mib", pa.float64()),
+        ("unschedulable", pa.bool_()),
+        ("labelled", pa.bool_()),
+        ("holder_key", pa.int32()),
+        ("repeats_scrape", pa.bool_()),
+    ]
+)
+MIG_INSTANCE_SAMPLE_SCHEMA = pa.schema(
+    [
+        ("device_key", pa.int32()),
+        ("ts_ms", pa.int64()),
+        ("gpu_key", pa.int32()),
+        ("node_key", pa.int32()),
+        ("model_key", pa.int32()),
+        ("profile_key", pa.int32()),
+        ("weight", pa.float64()),
+        ("price_units", pa.int64()),
+        ("busy", pa.float64()),
+        ("fb_used_mib", pa.float64()),
+        ("unhealthy", pa.bool_()),
+        ("energy_joules", pa.float64()),
+        ("energy_mj", pa.int64()),
+        ("unschedulable", pa.bool_()),
+        ("labelled", pa.bool_()),
+        ("holder_key", pa.int32()),
+    ]
+)
+SIDE_SCHEMAS = {
+    COPIED_SAMPLES: pa.schema([("series_key", pa.uint64()), ("ts_ms", pa.int64())]),
+    UUIDS_ON_SEVERAL_NODES: pa.schema(
+        [("gpu_key", pa.int32()), ("ts_ms", pa.int64()), ("billed_node_key", pa.int32())]
+    ),
+    SHARED_SAMPLE_HOLDERS: pa.schema(
+        [("ts_ms", pa.int64()), ("device_key", pa.int32()), ("holder_key", pa.int32())]
+    ),
+    VGPU_COPY_CONFLICTS: pa.schema(
+        [("device_key", pa.int32()), ("ts_ms", pa.int64()), ("node_key", pa.int32())]
+    ),
+}
+
+
+@dataclass(frozen=True)
+class _Day:
+    """The session's variables the pass reads (gpumeter.models.runner sets them)."""
+
+    day_start_ms: int
+    day_end_ms: int
+    window_start_ms: int
+    scrape_s: float
+
+    @classmethod
+    def of(cls, con: duckdb.DuckDBPyConnection) -> _Day:
+        (row,) = con.sql(
+            "select getvariable('day_start_ms'), getvariable('day_end_ms'), getvariable('window_start_ms'), "
+            "getvariable('scrape_s')"
+        ).fetchall()
+        return cls(int(row[0]), int(row[1]), int(row[2]), float(row[3]))
+
+
+@dataclass(frozen=True)
+class _Series:
+    """The day's series (stg_dcgm_series) in the order the raw zone stores their rows: by GPU (its UUID), then
+    series key. Each array is indexed by a series' place in that order."""
+
+    key: np.ndarray  # uint64
+    gpu: np.ndarray
+    device: np.ndarray
+    node: np.ndarray  # NONE: no node label
+    model: np.ndarray
+    profile: np.ndarray
+    holder: np.ndarray
+    instance: np.ndarray  # bool: a MIG instance's series
+    has_pod: np.ndarray
+    gpu_shows_instances: np.ndarray
+    vgpu_copy: np.ndarray
+    uuid: list[str]  # by GPU key - 1
+    whole_device: np.ndarray  # by GPU key: the GPU's device as a whole GPU (NONE: no GPU-level series)
+    lookup: pl.DataFrame  # series_key -> place
+
+    @classmethod
+    def of(cls, con: duckdb.DuckDBPyConnection) -> _Series:
+        table = con.sql(
+            "select series_key, gpu_key, device_key, coalesce(node_key, -1) as node_key, "
+            "coalesce(model_key, -1) as model_key, coalesce(profile_key, -1) as profile_key, "
+            "coalesce(holder_key, -1) as holder_key, gpu_i_id is not null as instance, pod is not null as has_pod, "
+            "gpu_shows_instances, vgpu_copy, uuid "
+            "from stg_dcgm_series order by gpu_key, series_key"
+        ).to_arrow_table()
+        columns = {name: table[name].to_numpy() for name in table.column_names if name != "uuid"}
+        gpu = columns["gpu_key"].astype(np.int32)
+        gpus = int(gpu.max()) if gpu.size else 0
+        uuid = [""] * gpus
+        whole_device = np.full(gpus + 1, NONE, np.int32)
+        instance = columns["instance"].astype(bool)
+        device = columns["device_key"].astype(np.int32)
+        whole_device[gpu[~instance]] = device[~instance]
+        for g, name in zip(gpu.tolist(), table["uuid"].to_pylist(), strict=True):
+            uuid[g - 1] = name
+        return cls(
+            key=columns["series_key"].astype(np.uint64),
+            gpu=gpu,
+            device=device,
+            node=columns["node_key"].astype(np.int32),
+            model=columns["model_key"].astype(np.int32),
+            profile=columns["profile_key"].astype(np.int32),
+            holder=columns["holder_key"].astype(np.int32),
+            instance=instance,
+            has_pod=columns["has_pod"].astype(bool),
+            gpu_shows_instances=columns["gpu_shows_instances"].astype(bool),
+            vgpu_copy=columns["vgpu_copy"].astype(bool),
+            uuid=uuid,
+            whole_device=whole_device,
+            lookup=pl.DataFrame(
+                {
+                    "series_key": columns["series_key"].astype(np.uint64),
+                    "place": np.arange(gpu.size, dtype=np.int32),
+                }
+            ),
+        )
+
+    def places(self, keys: np.ndarray) -> np.ndarray:
+        """Each row's series place, by its series key (every judged row's series is a series of the day)."""
+        found = pl.DataFrame({"series_key": keys}).join(
+            self.lookup, on="series_key", how="left", maintain_order="left"
+        )["place"]
+        if found.null_count():
+            raise AccountingError(
+                "a judged DCGM row's series key names no series of the day (stg_dcgm_series)"
+            )
+        return found.to_numpy()
+
+
+@dataclass(frozen=True)
+class _Classes:
+    """The device classes by their keys (int_keyed_device_classes): the whole GPU's by model, an instance's by
+    model and profile."""
+
+    whole: dict[int, tuple[float, int | None, float | None, int | None]]  # model -> weight, units, price, own
+    instance: dict[tuple[int, int], tuple[float, int | None]]  # (model, profile) -> weight, own units
+
+    @classmethod
+    def of(cls, con: duckdb.DuckDBPyConnection) -> _Classes:
+        whole: dict[int, tuple[float, int | None, float | None, int | None]] = {}
+        instance: dict[tuple[int, int], tuple[float, int | None]] = {}
+        for model, profile, weight, gpu_units, gpu_price, device_units in con.sql(
+            "select model_key, profile_key, weight, gpu_price_units, gpu_price_per_hour, device_price_units "
+            "from int_keyed_device_classes"
+        ).fetchall():
+            if profile is None:
+                whole[model] = (weight, gpu_units, gpu_price, device_units)
+            else:
+                instance[(model, profile)] = (weight, device_units)
+        return cls(whole, instance)
+
+
+@dataclass(frozen=True)
+class _NodeSpans:
+    """Spans per node key, disjoint per node, found by one search over (node, start)."""
+
+    key: np.ndarray
+    node: np.ndarray
+    until: np.ndarray
+    value: np.ndarray
+
+    SHIFT = np.int64(1) << np.int64(42)  # epoch ms stay below 2^42 until the year 2109
+
+    @classmethod
+    def of(cls, con: duckdb.DuckDBPyConnection, sql: str) -> _NodeSpans:
+        table = con.sql(sql).to_arrow_table()
+        node = table["node_key"].to_numpy().astype(np.int64)
+        start = table["from_ms"].to_numpy().astype(np.int64)
+        key = node * cls.SHIFT + start
+        order = np.argsort(key, kind="stable")
+        value = table["value"].to_numpy(zero_copy_only=False).astype(np.float64)
+        return cls(
+            key[order], node[order], table["until_ms"].to_numpy().astype(np.int64)[order], value[order]
+        )
+
+    def at(self, node: np.ndarray, ts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """For each (node key, time): whether a span of the node holds it, and that span's value (nan: none)."""
+        if self.key.size == 0:
+            return np.zeros(ts.size, dtype=bool), np.full(ts.size, np.nan)
+        at = np.searchsorted(self.key, node.astype(np.int64) * self.SHIFT + ts, side="right") - 1
+        found = at >= 0
+        at = np.maximum(at, 0)
+        held = found & (node >= 0) & (self.node[at] == node) & (ts < self.until[at])
+        return held, np.where(held, self.value[at], np.nan)
+
+
+def sql_round(values: np.ndarray) -> np.ndarray:
+    """DuckDB's round() of a double to an integer: half away from zero (NumPy's np.round halves to even)."""
+    whole = np.trunc(values)
+    return whole + np.where(np.abs(values - whole) >= 0.5, np.sign(values), 0.0)
+
+
+def _busy(gr_engine_active: np.ndarray, gpu_util_pct: np.ndarray) -> np.ndarray:
+    """R10: GR_ENGINE_ACTIVE where present, else GPU_UTIL / 100, clamped to [0, 1]; neither: 0 (SQL's greatest
+    and least skip a null)."""
+    busy = np.where(np.isnan(gr_engine_active), gpu_util_pct / 100.0, gr_engine_active)
+    return np.clip(np.nan_to_num(busy, nan=0.0), 0.0, 1.0)
+
+
+def _starts(*keys: np.ndarray) -> np.ndarray:
+    """Where a run of rows equal in every key starts (the rows sorted by them)."""
+    if keys[0].size == 0:
+        return np.zeros(0, np.int64)
+    new = np.zeros(keys[0].size, dtype=bool)
+    new[0] = True
+    for key in keys:
+        new[1:] |= key[1:] != key[:-1]
+    return np.flatnonzero(new)
+
+
+def _least(values: np.ndarray, starts: np.ndarray) -> np.ndarray:
+    """min per run, a null (NONE) skipped: NONE where every value is null."""
+    least = np.minimum.reduceat(np.where(values == NONE, LEAST_NONE, values), starts)
+    return np.where(least == LEAST_NONE, NONE, least).astype(np.int32)
+
+
+def _most(values: np.ndarray, starts: np.ndarray) -> np.ndarray:
+    """max per run; NONE (-1) is below every key, so it is skipped unless every value is null."""
+    return np.maximum.reduceat(values, starts).astype(np.int32)
+
+
+def _previous_valid(valid: np.ndarray, group_start: np.ndarray) -> np.ndarray:
+    """For each row, the index of the last valid row before it in its group (-1: none)."""
+    at = np.maximum.accumulate(np.where(valid, np.arange(valid.size), -1))
+    before = np.r_[-1, at[:-1]]
+    return np.where(before >= group_start, before, -1)
+
+
+class _Writer:
+    """Appends each range's rows to a table of the session (created with its schema before the first range)."""
+
+    def __init__(self, con: duckdb.DuckDBPyConnection, name: str, schema: pa.Schema) -> None:
+        self.con, self.name, self.schema = con, name, schema
+        con.execute(f"drop table if exists {name}")
+        con.register("sample_pass__empty", schema.empty_table())
+        con.execute(f"create table {name} as select * from sample_pass__empty")
+        con.unregister("sample_pass__empty")
+
+    def append(self, columns: dict[str, np.ndarray | pa.Array]) -> None:
+        table = pa.table(columns, schema=self.schema)
+        if table.num_rows:
+            self.con.register("sample_pass__rows", table)
+            self.con.execute(f"insert into {self.name} select * from sample_pass__rows")
+            self.con.unregister("sample_pass__rows")
+
+
+def _nullable(values: np.ndarray, valid: np.ndarray, kind: pa.DataType) -> pa.Array:
+    return pa.array(values, type=kind, mask=~valid)
+
+
+def run(con: duckdb.DuckDBPyConnection) -> None:
+    """Write the pass's tables into the session: GPU_SAMPLES, MIG_INSTANCE_SAMPLES and SIDE_SCHEMAS' tables."""
+    day = _Day.of(con)
+    series = _Series.of(con)
+    classes = _Classes.of(con)
+    prices = _NodeSpans.of(
+        con,
+        "select k.node_key, p.from_ms, p.until_ms, p.gpu_price_per_hour as value "
+        "from int_node_gpu_price_spans as p join stg_dcgm_nodes as k on k.node = p.node",
+    )
+    unschedulable = _NodeSpans.of(
+        con,
+        "select k.node_key, u.from_ms, u.until_ms, 0.0 as value "
+        "from int_node_unschedulable_spans as u join stg_dcgm_nodes as k on k.node = u.node",
+    )
+    writers = {
+        GPU_SAMPLES: _Writer(con, GPU_SAMPLES, GPU_SAMPLE_SCHEMA),
+        MIG_INSTANCE_SAMPLES: _Writer(con, MIG_INSTANCE_SAMPLES, MIG_INSTANCE_SAMPLE_SCHEMA),
+        **{name: _Writer(con, name, schema) for name, schema in SIDE_SCHEMAS.items()},
+    }
+    gpus = len(series.uuid)
+    if gpus == 0:
+        return
+    ((rows,),) = con.sql("select count(*) from raw_dcgm_samples").fetchall()
+    per_range = max(1, int(gpus * ROWS_PER_RANGE / max(1, rows)))
+    metric_code = " ".join(f"when '{m}' then {i}" for i, m in enumerate(READ_METRICS))
+    query = (
+        f"select series_key, ts_ms, (case metric {metric_code} end)::utinyint as metric, clean_value "
+        "from stg_dcgm_judged where not dropped and value_read and uuid >= $first and uuid <= $last"
+    )
+    for first in range(1, gpus + 1, per_range):
+        last = min(gpus, first + per_range - 1)
+        bounds = {"first": series.uuid[first - 1], "last": series.uuid[last - 1]}
+        table = con.sql(query, params=bounds).to_arrow_table()
+        _one_range(table, series, classes, prices, unschedulable, day, writers)
+
+
+def _one_range(
+    table: pa.Table,
+    series: _Series,
+    classes: _Classes,
+    prices: _NodeSpans,
+    unschedulable: _NodeSpans,
+    day: _Day,
+    writers: dict[str, _Writer],
+) -> None:
+    if table.num_rows == 0:
+        return
+    place = series.places(table["series_key"].to_numpy())
+    ts = table["ts_ms"].to_numpy()
+    metric = table["metric"].to_numpy()
+    value = table["clean_value"].to_numpy(zero_copy_only=False).astype(np.float64)  # null: nan
+    gpu = series.gpu[place]
+    # The raw zone's order (GPU, time, series, metric); rows read from several parts are merged into it.
+    keys = [gpu - gpu.min(), ts - ts.min(), place - place.min(), metric.astype(np.int64)]
+    combined = combined_key(keys)
+    if combined is None:
+        order = np.lexsort(keys[::-1])
+    elif np.any(combined[1:] < combined[:-1]):
+        order = np.argsort(combined, kind="stable")
+    else:
+        order = None
+    if order is not None:
+        place, ts, metric, value, gpu = place[order], ts[order], metric[order], value[order], gpu[order]
+    del combined, keys
+
+    # The pivot (tests/reference_sql/stg_dcgm_samples.sql): one sample per series and time, its metrics'
+    # values (a metric read twice: the largest, R1), whether the series is observed then (R4) and whether a
+    # metric was read more than once.
+    seg_start = _starts(place, ts)
+    samples = seg_start.size
+    seg = np.repeat(np.arange(samples), np.diff(np.r_[seg_start, ts.size]))
+    cell = seg * len(READ_METRICS) + metric
+    pivot = np.full(samples * len(READ_METRICS), np.nan)
+    last = np.r_[cell[1:] != cell[:-1], True]  # copies of one reading are neighbours: each cell set once
+    pivot[cell[last]] = value[last]
+    if not last.all():
+        np.fmax.at(pivot, cell[~last], value[~last])
+    present = np.zeros(samples * len(READ_METRICS), dtype=bool)
+    present[cell] = True
+    pivot = pivot.reshape(samples, len(READ_METRICS))
+    present = present.reshape(samples, len(READ_METRICS))
+    observed = present[:, OBSERVES].any(axis=1)
+    read_values = np.bincount(seg[~np.isnan(value)], minlength=samples)
+    has_copies = read_values > (~np.isnan(pivot)).sum(axis=1)
+    s_place, s_ts = place[seg_start], ts[seg_start]
+    del seg, cell, present, place, metric, value
+    gr, util, fb, energy, xid = (pivot[:, c] for c in (GR, UTIL, FB, ENERGY, XID))
+    s_gpu = gpu[seg_start]
+    s_instance = series.instance[s_place]
+    s_in_day = (s_ts >= day.day_start_ms) & (s_ts < day.day_end_ms)
+    if has_copies.any():
+        writers[COPIED_SAMPLES].append(
+            {"series_key": series.key[s_place[has_copies]], "ts_ms": s_ts[has_copies]}
+        )
+
+    # int_gpu_samples' readings: the series samples of one GPU and time, together (R4: the node, model and
+    # holders are those of the series observed; an XID on any series tells the GPU's health).
+    g_start = _starts(s_gpu, s_ts)
+    s_node = np.where(observed, series.node[s_place], NONE)
+    g_node = _least(s_node, g_start)
+    g_node_last = np.maximum.reduceat(np.where(observed, np.maximum(series.node[s_place], 0), NONE), g_start)
+    g_model = _least(np.where(observed, series.model[s_place], NONE), g_start)
+    s_holder = np.where(observed, series.holder[s_place], NONE)
+    g_first_holder, g_last_holder = _least(s_holder, g_start), _most(s_holder, g_start)
+    flags = (
+        (np.nan_to_num(xid) != 0).astype(np.uint8)
+        | ((observed & s_instance).astype(np.uint8) << 1)
+        | ((observed & ~s_instance & (~np.isnan(util) | series.has_pod[s_place])).astype(np.uint8) << 2)
+        | (observed.astype(np.uint8) << 3)
+    )
+    g_flags = np.bitwise_or.reduceat(flags, g_start)
+    g_energy = np.fmax.reduceat(np.where(s_instance, np.nan, energy), g_start)
+    g_fb = np.fmax.reduceat(np.where(s_instance, np.nan, fb), g_start)
+    g_gr = np.fmax.reduceat(gr, g_start)
+    g_util = np.fmax.reduceat(util, g_start)
+    g_gpu, g_ts = s_gpu[g_start], s_ts[g_start]
+
+    # One UUID reported by two nodes at one sample (R4): billed at the first node by name; the other's rows
+    # are set aside (int_dcgm_quarantine). A missing node label counts as one node, the least.
+    g_node_least = np.minimum.reduceat(
+        np.where(observed, np.maximum(series.node[s_place], 0), LEAST_NONE), g_start
+    )
+    several = (g_flags & 8 != 0) & (g_node_least != g_node_last)
+    if several.any():
+        writers[UUIDS_ON_SEVERAL_NODES].append(
+            {"gpu_key": g_gpu[several], "ts_ms": g_ts[several], "billed_node_key": g_node[several]}
+        )
+
+    # Each GPU's observed samples over time (the lookback too): energy steps, the previous sample, the mode.
+    kept = np.flatnonzero(g_flags & 8)
+    g_gpu, g_ts, g_flags, g_energy, g_fb, g_gr, g_util = (
+        a[kept] for a in (g_gpu, g_ts, g_flags, g_energy, g_fb, g_gr, g_util)
+    )
+    g_node, g_model, g_first_holder, g_last_holder = (
+        a[kept] for a in (g_node, g_model, g_first_holder, g_last_holder)
+    )
+    n = g_gpu.size
+    new_gpu = np.r_[True, g_gpu[1:] != g_gpu[:-1]] if n else np.zeros(0, dtype=bool)
+    gpu_start = np.maximum.accumulate(np.where(new_gpu, np.arange(n), 0)) if n else np.zeros(0, np.int64)
+    has_prev = ~new_gpu
+    prev_ts = np.r_[0, g_ts[:-1]] if n else g_ts
+    # R10: energy since the GPU's previous reading; a counter that went down was reset and its new value is
+    # what accrued since; no reading, or none before it: 0.
+    prev_energy_at = _previous_valid(~np.isnan(g_energy), gpu_start)
+    prev_energy = np.where(prev_energy_at >= 0, g_energy[np.maximum(prev_energy_at, 0)], np.nan)
+    step = g_energy - prev_energy
+    energy_step = np.where(np.isnan(step), 0.0, np.where(step >= 0, step, g_energy))
+    # R3: MIG where a series of the GPU carries an instance, whole where its GPU-level series show what only a
+    # whole GPU shows; else the mode last shown in the run of samples no more than two scrapes apart (a run
+    # starts whole). Only a GPU that ever shows an instance can be MIG.
+    run_start = new_gpu | (g_ts - prev_ts > 2 * day.scrape_s * 1000)
+    run_begin = np.maximum.accumulate(np.where(run_start, np.arange(n), 0)) if n else gpu_start
+    shows = np.where(g_flags & 2 != 0, 1, np.where(g_flags & 4 != 0, 0, -1))
+    decided = np.maximum.accumulate(np.where(shows >= 0, np.arange(n), -1)) if n else gpu_start
+    shows_instances_ever = series.gpu_shows_instances[
+        np.searchsorted(series.gpu, g_gpu)
+    ]  # series are ordered by GPU: the first series of each GPU
+    is_mig = shows_instances_ever & (decided >= run_begin) & (shows[np.maximum(decided, 0)] == 1)
+    repeats = has_prev & (g_ts - prev_ts <= day.scrape_s * 500)
+    in_day = (g_ts >= day.day_start_ms) & (g_ts < day.day_end_ms)
+
+    # R8: the rate card's price of the model's whole-GPU class, else the node's OpenCost price then; R11:
+    # whether the node is unschedulable then. A sample of a model with no class is not one of the day's.
+    model_keys = np.unique(g_model)
+    classed = np.zeros(n, dtype=bool)
+    weight = np.full(n, np.nan)
+    class_units = np.full(n, np.nan)
+    class_price = np.full(n, np.nan)
+    own_units = np.full(n, np.nan)
+    for model in model_keys.tolist():
+        found = classes.whole.get(model)
+        if found is None:
+            continue
+        here = g_model == model
+        classed |= here
+        weight[here] = found[0]
+        class_units[here] = np.nan if found[1] is None else found[1]
+        class_price[here] = np.nan if found[2] is None else found[2]
+        own_units[here] = np.nan if found[3] is None else found[3]
+    _, span_price = prices.at(g_node, g_ts)
+    gpu_price = np.where(np.isnan(class_price), span_price, class_price)
+    gpu_units = np.where(np.isnan(class_units), sql_round(span_price * 100000000), class_units)
+    price_units = np.where(np.isnan(own_units), gpu_units, own_units)
+    held_unschedulable, _ = unschedulable.at(g_node, g_ts)
+    stored = in_day & classed
+    holder = np.where(g_first_holder == g_last_holder, g_first_holder, NONE)
+    busy = _busy(g_gr, g_util)
+    energy_mj = sql_round(energy_step)
+    at = np.flatnonzero(stored)
+    device = series.whole_device[g_gpu[at]]
+    writers[GPU_SAMPLES].append(
+        {
+            "gpu_key": g_gpu[at],
+            "ts_ms": g_ts[at],
+            "node_key": _nullable(g_node[at], g_node[at] != NONE, pa.int32()),
+            "model_key": g_model[at],
+            "is_mig": is_mig[at],
+            "unhealthy": g_flags[at] & 1 != 0,
+            "gpu_price_per_hour": _nullable(gpu_price[at], ~np.isnan(gpu_price[at]), pa.float64()),
+            "gpu_price_units": _nullable(
+                np.nan_to_num(gpu_units[at]).astype(np.int64), ~np.isnan(gpu_units[at]), pa.int64()
+            ),
+            "gpu_fb_used_mib": _nullable(
+                g_fb[at], shows_instances_ever[at] & ~np.isnan(g_fb[at]), pa.float64()
+            ),
+            "energy_joules": energy_step[at] / 1000.0,
+            "energy_mj": energy_mj[at].astype(np.int64),
+            "device_key": _nullable(device, device != NONE, pa.int32()),
+            "weight": weight[at],
+            "price_units": _nullable(
+                np.nan_to_num(price_units[at]).astype(np.int64), ~np.isnan(price_units[at]), pa.int64()
+            ),
+            "busy": busy[at],
+            "fb_used_mib": _nullable(g_fb[at], ~np.isnan(g_fb[at]), pa.float64()),
+            "unschedulable": held_unschedulable[at],
+            "labelled": g_first_holder[at] != NONE,
+            "holder_key": _nullable(holder[at], holder[at] != NONE, pa.int32()),
+            "repeats_scrape": repeats[at],
+        }
+    )
+
+    # The GPU sample each series sample belongs to (NONE: not a stored sample of the day).
+    s_reading = np.repeat(np.arange(g_start.size), np.diff(np.r_[g_start, s_ts.size]))
+    stored_at = np.full(g_start.size, NONE, np.int64)
+    stored_at[kept[at]] = at
+    s_gpu_sample = stored_at[s_reading]
+
+    # R5, R6: the pods the series of a whole GPU's sample name, where they name more than one.
+    shared = np.zeros(n, dtype=bool)
+    shared[at] = ~is_mig[at] & (g_first_holder[at] != NONE) & (g_first_holder[at] != g_last_holder[at])
+    rows = np.flatnonzero(observed & (s_holder != NONE) & (s_gpu_sample != NONE))
+    rows = rows[shared[s_gpu_sample[rows]]]
+    holder_pairs = [(s_ts[rows], series.device[s_place[rows]], s_holder[rows])]
+
+    # int_mig_instance_samples (R1, R3): the series samples of one instance at a stored MIG sample of its GPU
+    # (vgpu copies of it collapse: the largest value, R6).
+    mig_sample = np.zeros(n, dtype=bool)
+    mig_sample[at] = is_mig[at]
+    rows = np.flatnonzero(s_in_day & observed & s_instance & (s_gpu_sample != NONE))
+    rows = rows[mig_sample[s_gpu_sample[rows]]]
+    i_device = series.device[s_place[rows]]
+    i_key = s_gpu_sample[rows] * (int(series.device.max()) + 1) + i_device
+    if rows.size and np.any(i_key[1:] < i_key[:-1]):
+        order = np.argsort(i_key, kind="stable")
+        rows, i_key, i_device = rows[order], i_key[order], i_device[order]
+    if rows.size:
+        i_start = _starts(i_key)
+        i_rows = rows[i_start]
+        i_model = _least(series.model[s_place[rows]], i_start)
+        i_profile = _least(series.profile[s_place[rows]], i_start)
+        i_gr, i_util, i_fb = (np.fmax.reduceat(column[rows], i_start) for column in (gr, util, fb))
+        i_first, i_last = (
+            _least(series.holder[s_place[rows]], i_start),
+            _most(series.holder[s_place[rows]], i_start),
+        )
+        i_weight = np.full(i_start.size, np.nan)
+        i_own = np.full(i_start.size, np.nan)
+        for pair in set(zip(i_model.tolist(), i_profile.tolist(), strict=True)):
+            found = classes.instance.get(pair)
+            if found is not None:
+                here = (i_model == pair[0]) & (i_profile == pair[1])
+                i_weight[here] = found[0]
+                i_own[here] = np.nan if found[1] is None else found[1]
+        classed_instance = ~np.isnan(i_weight)
+        g = s_gpu_sample[i_rows]
+        keep = np.flatnonzero(classed_instance)
+        g, w = g[keep], i_weight[keep]
+        i_units = np.where(np.isnan(i_own[keep]), gpu_units[g], i_own[keep])
+        i_busy = _busy(i_gr[keep], i_util[keep])
+        g_fb_mig = np.where(shows_instances_ever[g], g_fb[g], np.nan)
+        i_fb_used = np.where(np.isnan(i_fb[keep]), g_fb_mig * w, i_fb[keep])
+        i_holder = np.where(i_first[keep] == i_last[keep], i_first[keep], NONE)
+        writers[MIG_INSTANCE_SAMPLES].append(
+            {
+                "device_key": i_device[i_start][keep],
+                "ts_ms": s_ts[i_rows][keep],
+                "gpu_key": g_gpu[g],
+                "node_key": _nullable(g_node[g], g_node[g] != NONE, pa.int32()),
+                "model_key": i_model[keep],
+                "profile_key": i_profile[keep],
+                "weight": w,
+                "price_units": _nullable(
+                    np.nan_to_num(i_units).astype(np.int64), ~np.isnan(i_units), pa.int64()
+                ),
+                "busy": i_busy,
+                "fb_used_mib": _nullable(i_fb_used, ~np.isnan(i_fb_used), pa.float64()),
+                "unhealthy": g_flags[g] & 1 != 0,
+                "energy_joules": energy_step[g] / 1000.0 * w,
+                "energy_mj": energy_mj[g].astype(np.int64),
+                "unschedulable": held_unschedulable[g],
+                "labelled": i_first[keep] != NONE,
+                "holder_key": _nullable(i_holder, i_holder != NONE, pa.int32()),
+            }
+        )
+        # R5, R6: the pods the series of an instance's sample name, where they name more than one.
+        shared_instance = np.zeros(i_start.size, dtype=bool)
+        shared_instance[keep] = (i_first[keep] != NONE) & (i_first[keep] != i_last[keep])
+        of_row = np.repeat(np.arange(i_start.size), np.diff(np.r_[i_start, rows.size]))
+        pairs = rows[shared_instance[of_row] & (series.holder[s_place[rows]] != NONE)]
+        holder_pairs.append((s_ts[pairs], series.device[s_place[pairs]], series.holder[s_place[pairs]]))
+    ts_pairs, device_pairs, holder_of_pairs = (
+        np.concatenate(parts) for parts in zip(*holder_pairs, strict=True)
+    )
+    if ts_pairs.size:
+        unique = pl.DataFrame(
+            {"ts_ms": ts_pairs, "device_key": device_pairs, "holder_key": holder_of_pairs}
+        ).unique()
+        writers[SHARED_SAMPLE_HOLDERS].append({name: unique[name].to_numpy() for name in unique.columns})
+
+    # R1, R6: a device sample of the day whose vgpu copies disagree (reported, never resolved silently).
+    rows = np.flatnonzero(s_in_day & series.vgpu_copy[s_place])
+    if rows.size:
+        d_device = series.device[s_place[rows]]
+        d_key = s_reading[rows] * (int(series.device.max()) + 1) + d_device
+        if np.any(d_key[1:] < d_key[:-1]):
+            order = np.argsort(d_key, kind="stable")
+            rows, d_key, d_device = rows[order], d_key[order], d_device[order]
+        d_start = _starts(d_key)
+        disagree = np.zeros(d_start.size, dtype=bool)
+        for column in (gr, util):
+            low, high = np.fmin.reduceat(column[rows], d_start), np.fmax.reduceat(column[rows], d_start)
+            disagree |= low < high
+        d_node = _least(series.node[s_place[rows]], d_start)
+        writers[VGPU_COPY_CONFLICTS].append(
+            {
+                "device_key": d_device[d_start][disagree],
+                "ts_ms": s_ts[rows][d_start][disagree],
+                "node_key": _nullable(d_node[disagree], d_node[disagree] != NONE, pa.int32()),
+            }
+        )

@@ -1,0 +1,141 @@
+"""The sample pass (gpumeter.models.sample_pass) against the per-sample SQL it replaced (tests/reference_sql/,
+the models as they were): every intermediate table and mart, row for row, on the changing pool's days, on
+simulated factory days (in time order and in the raw zone's GPU order, a day in several parts), on hostile
+days (copies of a reading, values out of range, one UUID on two nodes, rows shuffled), and with the day cut
+into one range of GPUs per GPU. Examples per property: $GPUMETER_PROPERTY_EXAMPLES (default 8)."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import replace
+from datetime import timedelta
+
+import pyarrow as pa
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+import gpumeter_sim as simulator
+from gpumeter.ingest.contract import day_bounds_ms
+from gpumeter.ingest.row_order import gpu_ordered
+from gpumeter.ingest.schema import DCGM_GPU_UTIL
+from gpumeter.models import sample_pass
+from gpumeter.models.project import load_models
+from gpumeter.models.runner import meter_day
+from tests.builders import FactoryBuilder
+from tests.sample_pass_reference import PASS_ONLY, differences, reference_models
+from tests.test_changing_pool import CASES
+from tests.test_changing_pool import DAY as CHANGING_DAY
+from tests.test_fuzz import DAY as HOSTILE_DAY
+from tests.test_fuzz import PROPERTY, _raw, hostile_days
+from tests.test_properties import config_for, factories, raw_day
+from tests.test_rules import A100, H100, P1, P2, make_config
+
+
+def test_the_reference_is_the_sql_the_pass_replaced() -> None:
+    """The reference swaps exactly the pass's models for SQL, and keeps every other model as it is."""
+    ours = {m.name: m for m in load_models()}
+    theirs = {m.name: m for m in reference_models()}
+    assert set(ours) - set(theirs) == set(PASS_ONLY)
+    assert set(theirs) - set(ours) == {"stg_dcgm_samples"}
+    replaced = {n for n in theirs if n in ours and theirs[n].sql != ours[n].sql}
+    assert replaced == {
+        "int_gpu_samples",
+        "int_mig_instance_samples",
+        "int_dcgm_quarantine",
+        "int_keyed_device_holders",
+        "int_vgpu_copy_conflicts",
+    }
+    assert ours["int_gpu_samples"].sql is None and ours["int_mig_instance_samples"].sql is None
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_a_changing_pool_meters_the_same(name: str) -> None:
+    raw = CASES[name].build().build()
+    assert differences(raw, CASES[name].config(), name, CHANGING_DAY) == {}
+
+
+@given(spec=factories(), in_gpu_order=st.booleans())
+@PROPERTY
+def test_a_simulated_day_meters_the_same(spec: simulator.FactorySpec, in_gpu_order: bool) -> None:
+    """The second day: its lookback is a part of its own, before the day's part; in time order as the
+    simulator holds a day, or each part in the raw zone's GPU order."""
+    day = spec.start + timedelta(days=1)
+    raw = raw_day(spec, day)
+    if in_gpu_order:
+        start_ms, _ = day_bounds_ms(day)
+        before = pa.compute.less(raw.dcgm["ts_ms"], start_ms)
+        parts = [raw.dcgm.filter(before), raw.dcgm.filter(pa.compute.invert(before))]
+        raw = replace(raw, dcgm=pa.concat_tables([gpu_ordered(part) for part in parts]))
+    assert differences(raw, config_for(spec), spec.cluster, day) == {}
+
+
+@given(rows=hostile_days(), seed=st.integers(0, 2**16))
+@PROPERTY
+def test_a_hostile_day_meters_the_same(rows: list[dict[str, object]], seed: int) -> None:
+    random.Random(seed).shuffle(rows)
+    assert differences(_raw(rows), make_config(), "c1", HOSTILE_DAY) == {}
+
+
+def test_a_day_cut_into_a_range_per_gpu_meters_the_same(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The demo factory's day read one GPU at a time: no sample depends on the range its GPU is read in."""
+    spec = simulator.demo_spec()
+    day = spec.start + timedelta(days=1)
+    raw = raw_day(spec, day)
+    monkeypatch.setattr(sample_pass, "ROWS_PER_RANGE", 1)
+    assert differences(raw, config_for(spec), spec.cluster, day) == {}
+
+
+def _edges() -> FactoryBuilder:
+    """A day with what only a few samples show: vgpu copies that disagree (a whole GPU's, a MIG instance's)
+    and that agree; scrapes repeated exactly Δ/2 and just over Δ/2 apart; an energy counter reset and a
+    sample without energy; a MIG GPU whose instances go, a gap of three scrapes, then of exactly two; one
+    UUID on two nodes."""
+    f = FactoryBuilder("c1", HOSTILE_DAY, scrape_s=60).gpu("n1", "GPU-V", H100).gpu("n2", "GPU-M", A100)
+    f.gpu("n3", "GPU-R", H100)
+    for index in range(-2, 6):
+        f.sample("GPU-V", index, util=10 + index, energy=1000 * index + 5000, pod=P1, vgpu="0")
+        f.sample(
+            "GPU-V", index, util=10 + index + (index == 1) * 5, energy=1000 * index + 5000, pod=P2, vgpu="1"
+        )
+    f.sample("GPU-V", 7, util=50, energy=100, pod=P1)  # the counter went down: reset, 100 mJ accrued
+    f.sample("GPU-V", 8, util=50, pod=P1)  # no energy reading: none accrued
+    f.sample("GPU-V", 9, util=50, energy=400, pod=P1)  # 300 mJ since the last reading
+    for index in (0, 1, 2):
+        f.sample("GPU-M", index, gr=0.5, gpu_i_id="1", profile="3g.40gb", pod=P1, vgpu="0")
+        f.sample(
+            "GPU-M", index, gr=0.5 + (index == 2) * 0.25, gpu_i_id="1", profile="3g.40gb", pod=P2, vgpu="1"
+        )
+        f.sample("GPU-M", index, energy=7000 + index, fb=1000)
+    f.samples("GPU-M", [3, 4], energy=7100, fb=900)  # instances gone: still MIG in the run
+    f.samples("GPU-M", [8, 9], energy=7200)  # after a gap of three scrapes: a new run, whole
+    f.sample("GPU-M", 10, gr=0.1, gpu_i_id="2", profile="4g.40gb")
+    f.sample("GPU-M", 12, energy=7300)  # two scrapes after: the same run, still MIG
+    f.samples("GPU-R", range(0, 4), util=30, pod=P1)
+    half = f.ts(0) + 30_000  # Δ/2 after sample 0: a repeated scrape
+    f.dcgm_row(half, DCGM_GPU_UTIL, 30.0, hostname="n3", uuid="GPU-R", model_name=H100, gpu="0")
+    f.dcgm_row(f.ts(2) + 30_001, DCGM_GPU_UTIL, 30.0, hostname="n3", uuid="GPU-R", model_name=H100, gpu="0")
+    f.dcgm_row(f.ts(3), DCGM_GPU_UTIL, 31.0, hostname="n1", uuid="GPU-R", model_name=H100, gpu="0")
+    return f
+
+
+def test_a_day_of_edges_meters_the_same() -> None:
+    """The few-sample cases, metered both ways, and what the pass found, said by hand."""
+    f = _edges()
+    out = meter_day(f.build(), make_config(), "c1", HOSTILE_DAY, keep_layers=("staging", "intermediate"))
+    uuid_of = {r["gpu_key"]: r["uuid"] for r in out["stg_dcgm_series"].to_pylist()}
+    gpu = {(uuid_of[r["gpu_key"]], r["ts_ms"]): r for r in out["int_gpu_samples"].to_pylist()}
+    conflicts = {(r["device_id"], r["ts_ms"]) for r in out["int_vgpu_copy_conflicts"].to_pylist()}
+    assert conflicts == {("GPU-V", f.ts(1)), ("GPU-M/1", f.ts(2))}
+    # A sample at most Δ/2 after the previous one repeats a scrape: 30,000 ms after sample 0, and sample 1
+    # after it; 30,001 ms after sample 2 is a sample of its own, and sample 3, 29,999 ms after that, repeats.
+    repeated = sorted(key for key, r in gpu.items() if r["repeats_scrape"])
+    assert repeated == [("GPU-R", f.ts(0) + 30_000), ("GPU-R", f.ts(1)), ("GPU-R", f.ts(3))]
+    # A counter that went down was reset: its new value accrued; no reading, nothing; then the step.
+    assert [gpu[("GPU-V", f.ts(i))]["energy_mj"] for i in (7, 8, 9)] == [100, 0, 300]
+    # MIG while instances show and in the rest of their run; whole after a gap of more than two scrapes.
+    modes = [gpu[("GPU-M", f.ts(i))]["is_mig"] for i in (0, 1, 2, 3, 4, 8, 9, 10, 12)]
+    assert modes == [True] * 5 + [False, False, True, True]
+    merged = [r for r in out["int_dcgm_quarantine"].to_pylist() if r["reason"] == "uuid_on_several_nodes"]
+    assert [(r["hostname"], r["ts_ms"]) for r in merged] == [("n3", f.ts(3))]  # billed at n1, first by name
+    assert differences(f.build(), make_config(), "c1", HOSTILE_DAY) == {}
