@@ -11,6 +11,8 @@ never assumed: a range of rows not in order is sorted first, which costs time, n
 
 from __future__ import annotations
 
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import duckdb
@@ -38,8 +40,10 @@ GR, UTIL, FB, ENERGY, XID = (
 )
 # R4 (our reading): a row of one of these makes its series observed at its time, whatever its value.
 OBSERVES = [READ_METRICS.index(m) for m in (DCGM_GR_ENGINE_ACTIVE, DCGM_GPU_UTIL, DCGM_FB_USED, DCGM_ENERGY)]
-# The rows of a range of GPUs read at once: the pass's memory is a few hundred bytes per row of it.
-ROWS_PER_RANGE = 6_000_000
+# The rows of a range of GPUs read at once: the pass's memory is a few hundred bytes per row of each range in
+# work, WORKERS of them at a time.
+ROWS_PER_RANGE = 4_000_000
+WORKERS = 2
 NONE = -1  # a null key
 LEAST_NONE = np.iinfo(np.int32).max  # a null skipped by a min
 
@@ -300,10 +304,14 @@ def _previous_valid(valid: np.ndarray, group_start: np.ndarray) -> np.ndarray:
 
 
 class _Writer:
-    """Appends each range's rows to a table of the session (created with its schema before the first range)."""
+    """Appends each range's rows to a table of the session (created with its schema before the first range),
+    through `store`: a connection of its own to the session's database, so that rows are stored while the
+    session reads the next range."""
 
-    def __init__(self, con: duckdb.DuckDBPyConnection, name: str, schema: pa.Schema) -> None:
-        self.con, self.name, self.schema = con, name, schema
+    def __init__(
+        self, con: duckdb.DuckDBPyConnection, store: duckdb.DuckDBPyConnection, name: str, schema: pa.Schema
+    ) -> None:
+        self.con, self.name, self.schema = store, name, schema
         con.execute(f"drop table if exists {name}")
         con.register("sample_pass__empty", schema.empty_table())
         con.execute(f"create table {name} as select * from sample_pass__empty")
@@ -323,8 +331,22 @@ def _nullable(values: np.ndarray, valid: np.ndarray, kind: pa.DataType) -> pa.Ar
 
 def run(con: duckdb.DuckDBPyConnection) -> None:
     """Write the pass's tables into the session: GPU_SAMPLES, MIG_INSTANCE_SAMPLES and SIDE_SCHEMAS' tables."""
-    day = _Day.of(con)
     series = _Series.of(con)
+    gpus = len(series.uuid)
+    with con.cursor() as store:
+        writers = {
+            GPU_SAMPLES: _Writer(con, store, GPU_SAMPLES, GPU_SAMPLE_SCHEMA),
+            MIG_INSTANCE_SAMPLES: _Writer(con, store, MIG_INSTANCE_SAMPLES, MIG_INSTANCE_SAMPLE_SCHEMA),
+            **{name: _Writer(con, store, name, schema) for name, schema in SIDE_SCHEMAS.items()},
+        }
+        if gpus:
+            _read_ranges(con, series, writers)
+
+
+def _read_ranges(con: duckdb.DuckDBPyConnection, series: _Series, writers: dict[str, _Writer]) -> None:
+    """The day's judged DCGM rows, a range of GPUs (in UUID order) at a time, through the pass."""
+    gpus = len(series.uuid)
+    day = _Day.of(con)
     classes = _Classes.of(con)
     prices = _NodeSpans.of(
         con,
@@ -336,14 +358,6 @@ def run(con: duckdb.DuckDBPyConnection) -> None:
         "select k.node_key, u.from_ms, u.until_ms, 0.0 as value "
         "from int_node_unschedulable_spans as u join stg_dcgm_nodes as k on k.node = u.node",
     )
-    writers = {
-        GPU_SAMPLES: _Writer(con, GPU_SAMPLES, GPU_SAMPLE_SCHEMA),
-        MIG_INSTANCE_SAMPLES: _Writer(con, MIG_INSTANCE_SAMPLES, MIG_INSTANCE_SAMPLE_SCHEMA),
-        **{name: _Writer(con, name, schema) for name, schema in SIDE_SCHEMAS.items()},
-    }
-    gpus = len(series.uuid)
-    if gpus == 0:
-        return
     ((rows,),) = con.sql("select count(*) from raw_dcgm_samples").fetchall()
     per_range = max(1, int(gpus * ROWS_PER_RANGE / max(1, rows)))
     metric_code = " ".join(f"when '{m}' then {i}" for i, m in enumerate(READ_METRICS))
@@ -351,11 +365,30 @@ def run(con: duckdb.DuckDBPyConnection) -> None:
         f"select series_key, ts_ms, (case metric {metric_code} end)::utinyint as metric, clean_value "
         "from stg_dcgm_judged where not dropped and value_read and uuid >= $first and uuid <= $last"
     )
-    for first in range(1, gpus + 1, per_range):
-        last = min(gpus, first + per_range - 1)
-        bounds = {"first": series.uuid[first - 1], "last": series.uuid[last - 1]}
-        table = con.sql(query, params=bounds).to_arrow_table()
-        _one_range(table, series, classes, prices, unschedulable, day, writers)
+    ranges = iter(range(1, gpus + 1, per_range))
+    # One query at a time on the session, one insert at a time on the writers' connection.
+    session, storing = threading.Lock(), threading.Lock()
+
+    def work() -> None:
+        """Take the next range of GPUs until none is left: read it, compute its rows (NumPy lets go of the
+        interpreter, so two workers use two cores) and store them, each connection under its own lock."""
+        while True:
+            with session:
+                first = next(ranges, None)
+                if first is None:
+                    return
+                last = min(gpus, first + per_range - 1)
+                bounds = {"first": series.uuid[first - 1], "last": series.uuid[last - 1]}
+                table = con.sql(query, params=bounds).to_arrow_table()
+            found = _one_range(table, series, classes, prices, unschedulable, day)
+            del table
+            with storing:
+                for name, rows in found.items():
+                    writers[name].append(rows)
+
+    with ThreadPoolExecutor(max_workers=WORKERS, thread_name_prefix="sample-pass") as pool:
+        for done in [pool.submit(work) for _ in range(WORKERS)]:
+            done.result()  # a worker's error is the run's
 
 
 def _one_range(
@@ -365,10 +398,11 @@ def _one_range(
     prices: _NodeSpans,
     unschedulable: _NodeSpans,
     day: _Day,
-    writers: dict[str, _Writer],
-) -> None:
+) -> dict[str, dict[str, np.ndarray | pa.Array]]:
+    """The pass's rows of one range of GPUs, by the table they go to."""
+    out: dict[str, dict[str, np.ndarray | pa.Array]] = {}
     if table.num_rows == 0:
-        return
+        return out
     place = series.places(table["series_key"].to_numpy())
     ts = table["ts_ms"].to_numpy()
     metric = table["metric"].to_numpy()
@@ -413,9 +447,7 @@ def _one_range(
     s_instance = series.instance[s_place]
     s_in_day = (s_ts >= day.day_start_ms) & (s_ts < day.day_end_ms)
     if has_copies.any():
-        writers[COPIED_SAMPLES].append(
-            {"series_key": series.key[s_place[has_copies]], "ts_ms": s_ts[has_copies]}
-        )
+        out[COPIED_SAMPLES] = {"series_key": series.key[s_place[has_copies]], "ts_ms": s_ts[has_copies]}
 
     # int_gpu_samples' readings: the series samples of one GPU and time, together (R4: the node, model and
     # holders are those of the series observed; an XID on any series tells the GPU's health).
@@ -446,9 +478,11 @@ def _one_range(
     )
     several = (g_flags & 8 != 0) & (g_node_least != g_node_last)
     if several.any():
-        writers[UUIDS_ON_SEVERAL_NODES].append(
-            {"gpu_key": g_gpu[several], "ts_ms": g_ts[several], "billed_node_key": g_node[several]}
-        )
+        out[UUIDS_ON_SEVERAL_NODES] = {
+            "gpu_key": g_gpu[several],
+            "ts_ms": g_ts[several],
+            "billed_node_key": g_node[several],
+        }
 
     # Each GPU's observed samples over time (the lookback too): energy steps, the previous sample, the mode.
     kept = np.flatnonzero(g_flags & 8)
@@ -512,36 +546,32 @@ def _one_range(
     energy_mj = sql_round(energy_step)
     at = np.flatnonzero(stored)
     device = series.whole_device[g_gpu[at]]
-    writers[GPU_SAMPLES].append(
-        {
-            "gpu_key": g_gpu[at],
-            "ts_ms": g_ts[at],
-            "node_key": _nullable(g_node[at], g_node[at] != NONE, pa.int32()),
-            "model_key": g_model[at],
-            "is_mig": is_mig[at],
-            "unhealthy": g_flags[at] & 1 != 0,
-            "gpu_price_per_hour": _nullable(gpu_price[at], ~np.isnan(gpu_price[at]), pa.float64()),
-            "gpu_price_units": _nullable(
-                np.nan_to_num(gpu_units[at]).astype(np.int64), ~np.isnan(gpu_units[at]), pa.int64()
-            ),
-            "gpu_fb_used_mib": _nullable(
-                g_fb[at], shows_instances_ever[at] & ~np.isnan(g_fb[at]), pa.float64()
-            ),
-            "energy_joules": energy_step[at] / 1000.0,
-            "energy_mj": energy_mj[at].astype(np.int64),
-            "device_key": _nullable(device, device != NONE, pa.int32()),
-            "weight": weight[at],
-            "price_units": _nullable(
-                np.nan_to_num(price_units[at]).astype(np.int64), ~np.isnan(price_units[at]), pa.int64()
-            ),
-            "busy": busy[at],
-            "fb_used_mib": _nullable(g_fb[at], ~np.isnan(g_fb[at]), pa.float64()),
-            "unschedulable": held_unschedulable[at],
-            "labelled": g_first_holder[at] != NONE,
-            "holder_key": _nullable(holder[at], holder[at] != NONE, pa.int32()),
-            "repeats_scrape": repeats[at],
-        }
-    )
+    out[GPU_SAMPLES] = {
+        "gpu_key": g_gpu[at],
+        "ts_ms": g_ts[at],
+        "node_key": _nullable(g_node[at], g_node[at] != NONE, pa.int32()),
+        "model_key": g_model[at],
+        "is_mig": is_mig[at],
+        "unhealthy": g_flags[at] & 1 != 0,
+        "gpu_price_per_hour": _nullable(gpu_price[at], ~np.isnan(gpu_price[at]), pa.float64()),
+        "gpu_price_units": _nullable(
+            np.nan_to_num(gpu_units[at]).astype(np.int64), ~np.isnan(gpu_units[at]), pa.int64()
+        ),
+        "gpu_fb_used_mib": _nullable(g_fb[at], shows_instances_ever[at] & ~np.isnan(g_fb[at]), pa.float64()),
+        "energy_joules": energy_step[at] / 1000.0,
+        "energy_mj": energy_mj[at].astype(np.int64),
+        "device_key": _nullable(device, device != NONE, pa.int32()),
+        "weight": weight[at],
+        "price_units": _nullable(
+            np.nan_to_num(price_units[at]).astype(np.int64), ~np.isnan(price_units[at]), pa.int64()
+        ),
+        "busy": busy[at],
+        "fb_used_mib": _nullable(g_fb[at], ~np.isnan(g_fb[at]), pa.float64()),
+        "unschedulable": held_unschedulable[at],
+        "labelled": g_first_holder[at] != NONE,
+        "holder_key": _nullable(holder[at], holder[at] != NONE, pa.int32()),
+        "repeats_scrape": repeats[at],
+    }
 
     # The GPU sample each series sample belongs to (NONE: not a stored sample of the day).
     s_reading = np.repeat(np.arange(g_start.size), np.diff(np.r_[g_start, s_ts.size]))
@@ -594,28 +624,24 @@ def _one_range(
         g_fb_mig = np.where(shows_instances_ever[g], g_fb[g], np.nan)
         i_fb_used = np.where(np.isnan(i_fb[keep]), g_fb_mig * w, i_fb[keep])
         i_holder = np.where(i_first[keep] == i_last[keep], i_first[keep], NONE)
-        writers[MIG_INSTANCE_SAMPLES].append(
-            {
-                "device_key": i_device[i_start][keep],
-                "ts_ms": s_ts[i_rows][keep],
-                "gpu_key": g_gpu[g],
-                "node_key": _nullable(g_node[g], g_node[g] != NONE, pa.int32()),
-                "model_key": i_model[keep],
-                "profile_key": i_profile[keep],
-                "weight": w,
-                "price_units": _nullable(
-                    np.nan_to_num(i_units).astype(np.int64), ~np.isnan(i_units), pa.int64()
-                ),
-                "busy": i_busy,
-                "fb_used_mib": _nullable(i_fb_used, ~np.isnan(i_fb_used), pa.float64()),
-                "unhealthy": g_flags[g] & 1 != 0,
-                "energy_joules": energy_step[g] / 1000.0 * w,
-                "energy_mj": energy_mj[g].astype(np.int64),
-                "unschedulable": held_unschedulable[g],
-                "labelled": i_first[keep] != NONE,
-                "holder_key": _nullable(i_holder, i_holder != NONE, pa.int32()),
-            }
-        )
+        out[MIG_INSTANCE_SAMPLES] = {
+            "device_key": i_device[i_start][keep],
+            "ts_ms": s_ts[i_rows][keep],
+            "gpu_key": g_gpu[g],
+            "node_key": _nullable(g_node[g], g_node[g] != NONE, pa.int32()),
+            "model_key": i_model[keep],
+            "profile_key": i_profile[keep],
+            "weight": w,
+            "price_units": _nullable(np.nan_to_num(i_units).astype(np.int64), ~np.isnan(i_units), pa.int64()),
+            "busy": i_busy,
+            "fb_used_mib": _nullable(i_fb_used, ~np.isnan(i_fb_used), pa.float64()),
+            "unhealthy": g_flags[g] & 1 != 0,
+            "energy_joules": energy_step[g] / 1000.0 * w,
+            "energy_mj": energy_mj[g].astype(np.int64),
+            "unschedulable": held_unschedulable[g],
+            "labelled": i_first[keep] != NONE,
+            "holder_key": _nullable(i_holder, i_holder != NONE, pa.int32()),
+        }
         # R5, R6: the pods the series of an instance's sample name, where they name more than one.
         shared_instance = np.zeros(i_start.size, dtype=bool)
         shared_instance[keep] = (i_first[keep] != NONE) & (i_first[keep] != i_last[keep])
@@ -629,7 +655,7 @@ def _one_range(
         unique = pl.DataFrame(
             {"ts_ms": ts_pairs, "device_key": device_pairs, "holder_key": holder_of_pairs}
         ).unique()
-        writers[SHARED_SAMPLE_HOLDERS].append({name: unique[name].to_numpy() for name in unique.columns})
+        out[SHARED_SAMPLE_HOLDERS] = {name: unique[name].to_numpy() for name in unique.columns}
 
     # R1, R6: a device sample of the day whose vgpu copies disagree (reported, never resolved silently).
     rows = np.flatnonzero(s_in_day & series.vgpu_copy[s_place])
@@ -645,10 +671,9 @@ def _one_range(
             low, high = np.fmin.reduceat(column[rows], d_start), np.fmax.reduceat(column[rows], d_start)
             disagree |= low < high
         d_node = _least(series.node[s_place[rows]], d_start)
-        writers[VGPU_COPY_CONFLICTS].append(
-            {
-                "device_key": d_device[d_start][disagree],
-                "ts_ms": s_ts[rows][d_start][disagree],
-                "node_key": _nullable(d_node[disagree], d_node[disagree] != NONE, pa.int32()),
-            }
-        )
+        out[VGPU_COPY_CONFLICTS] = {
+            "device_key": d_device[d_start][disagree],
+            "ts_ms": s_ts[rows][d_start][disagree],
+            "node_key": _nullable(d_node[disagree], d_node[disagree] != NONE, pa.int32()),
+        }
+    return out
