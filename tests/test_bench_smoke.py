@@ -169,9 +169,9 @@ def test_harness_runs_every_step_on_a_tiny_fleet(tmp_path: Path) -> None:
 def test_the_streaming_pass_agrees_with_the_models_it_stands_for(tmp_path: Path) -> None:
     """bench/streaming_floor.py measures the floor of the one-pass design (a day sorted by GPU and time, grouped
     without a hash table, one file per thread); it is not the product (gpumeter.models.sample_pass is), so it
-    is checked against the product's models on a
-    simulated fleet day: the same series samples, GPU samples, MIG modes, holders, energy, busy fractions,
-    prices, MIG instances and the series holders of shared samples."""
+    is checked against the product's models on a simulated fleet day: the same copied readings, GPU samples,
+    MIG modes, holders, energy, busy fractions, prices, MIG instances and the series holders of shared
+    samples."""
     ws = fleet.Workspace(tmp_path / "w", gpus=8, days=1)
     fleet.step_generate(ws)
     day = ws.start.isoformat()
