@@ -68,6 +68,7 @@ from gpumeter.ingest.schema import (
     DCGM_XID,
 )
 from gpumeter.models.project import load_models, reads
+from gpumeter.models.python_models import SAMPLE_PASS_MODELS
 from gpumeter_sim import FactorySpec
 
 # The metrics read, in name order (the sorted files' order within a sample): a value above its limit is
@@ -840,15 +841,8 @@ def check(work: Path, day: str) -> dict[str, Any]:
 
 # The tables of the product's sample pass (gpumeter.models.sample_pass), which the floor's pass stands for,
 # the two of them that hold samples, and the models the floor's pass stood for before the product had one.
-PASS_TABLES = (
-    "int_gpu_samples",
-    "int_mig_instance_samples",
-    "int_dcgm_copied_samples",
-    "int_gpu_samples_on_several_nodes",
-    "int_shared_sample_series_holders",
-    "int_vgpu_copy_disagreements",
-)
-SAMPLE_TABLES = ("int_gpu_samples", "int_mig_instance_samples")
+PASS_TABLES = tuple(SAMPLE_PASS_MODELS)
+SAMPLE_TABLES = PASS_TABLES[:2]
 PASS_MODELS = ("stg_dcgm_series", "int_dcgm_quarantine", *PASS_TABLES)
 
 

@@ -1,5 +1,6 @@
-"""The per-sample SQL the sample pass replaced (tests/reference_sql/), as a model list for `meter_day(models=...)`,
-and a comparison of two runs' tables: what tests/test_sample_pass.py holds the pass to."""
+"""The per-sample SQL the sample pass replaced (tests/reference_sql/, and the places of two models that read the
+series' samples, PUT_BACK), as a model list for `meter_day(models=...)`, and a comparison of two runs' tables:
+what tests/test_sample_pass.py holds the pass to."""
 
 from __future__ import annotations
 
@@ -15,17 +16,71 @@ from gpumeter.config import Config
 from gpumeter.ingest.contract import RawDay, RawFiles
 from gpumeter.ingest.schema import RAW_TABLES
 from gpumeter.models.project import Column, Model, _ordered, _referenced, load_models
+from gpumeter.models.python_models import SAMPLE_PASS_MODELS
 from gpumeter.models.runner import meter_day
 
 REFERENCE = Path(__file__).parent / "reference_sql"
 # The pass's tables that the reference SQL has no counterpart of: it reads the series samples instead.
-PASS_ONLY = (
-    "int_dcgm_copied_samples",
-    "int_gpu_samples_on_several_nodes",
-    "int_shared_sample_series_holders",
-    "int_vgpu_copy_disagreements",
-)
+PASS_ONLY = tuple(SAMPLE_PASS_MODELS)[2:]
 LAYERS_COMPARED = ("intermediate", "marts")
+# Models the pass changed only where they read the series' samples: their product SQL with those places put
+# back as they were (each product fragment must be found once, so that a change to it stops the test).
+PUT_BACK: dict[str, list[tuple[str, str]]] = {
+    "int_keyed_device_holders": [
+        (
+            "with series_holders as (\n",
+            """with shared_samples as materialized (
+    select ts_ms, device_key from int_keyed_device_samples where labelled and holder_key is null
+),
+series_holders as (
+""",
+        ),
+        (
+            "    select ts_ms, device_key, holder_key from int_shared_sample_series_holders\n",
+            """    select distinct s.ts_ms, d.device_key, d.holder_key
+    from stg_dcgm_samples as s
+    join (
+        select series_key, device_key, holder_key
+        from stg_dcgm_series
+        where holder_key is not null and device_key in (select device_key from shared_samples)
+    ) as d on d.series_key = s.series_key
+    semi join shared_samples as m on m.device_key = d.device_key and m.ts_ms = s.ts_ms
+    where s.in_day and s.observed
+""",
+        ),
+    ],
+    "int_dcgm_quarantine": [
+        (
+            "    select ts_ms, series_key from int_dcgm_copied_samples\n",
+            "    select ts_ms, series_key from stg_dcgm_samples where has_copies\n",
+        ),
+        (
+            """    select g.cluster, g.uuid, s.ts_ms, n.node as billed_node
+    from int_gpu_samples_on_several_nodes as s
+    join (select distinct gpu_key, cluster, uuid from stg_dcgm_series) as g using (gpu_key)
+    join stg_dcgm_nodes as n on n.node_key = s.billed_node_key
+""",
+            """    select d.cluster, d.uuid, s.ts_ms, min(d.node) as billed_node
+    from stg_dcgm_samples as s
+    join stg_dcgm_series as d using (series_key)
+    where s.observed and d.uuid in (
+        select uuid from stg_dcgm_series
+        group by uuid
+        having min(coalesce(node, chr(0))) <> max(coalesce(node, chr(0)))
+    )
+    group by all
+    having min(coalesce(d.node, chr(0))) <> max(coalesce(d.node, chr(0)))
+""",
+        ),
+    ],
+}
+
+
+def _put_back(name: str, sql: str) -> str:
+    for ours, theirs in PUT_BACK[name]:
+        assert sql.count(ours) == 1, f"{name}: the pass's fragment is not in its SQL once: {ours!r}"
+        sql = sql.replace(ours, theirs)
+    return sql
 
 
 def reference_models() -> tuple[Model, ...]:
@@ -34,15 +89,16 @@ def reference_models() -> tuple[Model, ...]:
     names = set(product) | set(RAW_TABLES) | {"stg_dcgm_samples"}
     models = {name: m for name, m in product.items() if name not in PASS_ONLY}
     declared = yaml.safe_load((REFERENCE / "schema.yml").read_text(encoding="utf-8"))["models"]
-    for path in sorted(REFERENCE.glob("*.sql")):
-        sql = path.read_text(encoding="utf-8")
-        deps = tuple(sorted(_referenced(sql, names) - {path.stem}))
-        if path.stem in product:
-            models[path.stem] = replace(product[path.stem], sql=sql, deps=deps)
+    sources = {path.stem: path.read_text(encoding="utf-8") for path in sorted(REFERENCE.glob("*.sql"))}
+    sources |= {name: _put_back(name, product[name].sql or "") for name in PUT_BACK}
+    for stem, sql in sources.items():
+        deps = tuple(sorted(_referenced(sql, names) - {stem}))
+        if stem in product:
+            models[stem] = replace(product[stem], sql=sql, deps=deps)
         else:
-            (entry,) = [d for d in declared if d["name"] == path.stem]
-            models[path.stem] = Model(
-                name=path.stem,
+            (entry,) = [d for d in declared if d["name"] == stem]
+            models[stem] = Model(
+                name=stem,
                 layer="staging",
                 deps=deps,
                 sql=sql,

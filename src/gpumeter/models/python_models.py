@@ -141,13 +141,23 @@ def _written_by_the_pass(table: str) -> Callable[[duckdb.DuckDBPyConnection, Con
     return model
 
 
+# The models the sample pass writes, by the table it writes each into: the two sample tables first, then
+# what the other models read from the series' samples.
+SAMPLE_PASS_MODELS = {
+    "int_gpu_samples": sample_pass.GPU_SAMPLES,
+    "int_mig_instance_samples": sample_pass.MIG_INSTANCE_SAMPLES,
+    "int_dcgm_copied_samples": sample_pass.COPIED_SAMPLES,
+    "int_gpu_samples_on_several_nodes": sample_pass.UUIDS_ON_SEVERAL_NODES,
+    "int_shared_sample_series_holders": sample_pass.SHARED_SAMPLE_HOLDERS,
+    "int_vgpu_copy_disagreements": sample_pass.VGPU_COPY_CONFLICTS,
+}
 PYTHON_MODEL_FUNCTIONS: dict[str, Callable[[duckdb.DuckDBPyConnection, Config], pa.Table | str]] = {
     "int_device_classes": _device_classes,
     "int_holder_tenants": _holder_tenants,
     "int_gpu_samples": _gpu_samples,
-    "int_mig_instance_samples": _written_by_the_pass(sample_pass.MIG_INSTANCE_SAMPLES),
-    "int_dcgm_copied_samples": _written_by_the_pass(sample_pass.COPIED_SAMPLES),
-    "int_gpu_samples_on_several_nodes": _written_by_the_pass(sample_pass.UUIDS_ON_SEVERAL_NODES),
-    "int_shared_sample_series_holders": _written_by_the_pass(sample_pass.SHARED_SAMPLE_HOLDERS),
-    "int_vgpu_copy_disagreements": _written_by_the_pass(sample_pass.VGPU_COPY_CONFLICTS),
+    **{
+        name: _written_by_the_pass(table)
+        for name, table in SAMPLE_PASS_MODELS.items()
+        if name != "int_gpu_samples"
+    },
 }
