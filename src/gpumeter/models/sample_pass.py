@@ -119,16 +119,14 @@ class _Day:
 
     day_start_ms: int
     day_end_ms: int
-    window_start_ms: int
     scrape_s: float
 
     @classmethod
     def of(cls, con: duckdb.DuckDBPyConnection) -> _Day:
         (row,) = con.sql(
-            "select getvariable('day_start_ms'), getvariable('day_end_ms'), getvariable('window_start_ms'), "
-            "getvariable('scrape_s')"
+            "select getvariable('day_start_ms'), getvariable('day_end_ms'), getvariable('scrape_s')"
         ).fetchall()
-        return cls(int(row[0]), int(row[1]), int(row[2]), float(row[3]))
+        return cls(int(row[0]), int(row[1]), float(row[2]))
 
 
 @dataclass(frozen=True)
