@@ -450,9 +450,11 @@ def _one_range(
     # int_gpu_samples' readings: the series samples of one GPU and time, together (R4: the node, model and
     # holders are those of the series observed; an XID on any series tells the GPU's health).
     g_start = _starts(s_gpu, s_ts)
-    s_node = np.where(observed, series.node[s_place], NONE)
-    g_node = _least(s_node, g_start)
-    g_node_last = np.maximum.reduceat(np.where(observed, np.maximum(series.node[s_place], 0), NONE), g_start)
+    s_node = series.node[s_place]
+    g_node = _least(np.where(observed, s_node, NONE), g_start)
+    # For one UUID on two nodes (below): a missing node label counts as one node, the least.
+    s_node_or_least = np.maximum(s_node, 0)
+    g_node_last = np.maximum.reduceat(np.where(observed, s_node_or_least, NONE), g_start)
     g_model = _least(np.where(observed, series.model[s_place], NONE), g_start)
     s_holder = np.where(observed, series.holder[s_place], NONE)
     g_first_holder, g_last_holder = _least(s_holder, g_start), _most(s_holder, g_start)
@@ -470,10 +472,8 @@ def _one_range(
     g_gpu, g_ts = s_gpu[g_start], s_ts[g_start]
 
     # One UUID reported by two nodes at one sample (R4): billed at the first node by name; the other's rows
-    # are set aside (int_dcgm_quarantine). A missing node label counts as one node, the least.
-    g_node_least = np.minimum.reduceat(
-        np.where(observed, np.maximum(series.node[s_place], 0), LEAST_NONE), g_start
-    )
+    # are set aside (int_dcgm_quarantine).
+    g_node_least = np.minimum.reduceat(np.where(observed, s_node_or_least, LEAST_NONE), g_start)
     several = (g_flags & 8 != 0) & (g_node_least != g_node_last)
     if several.any():
         out[UUIDS_ON_SEVERAL_NODES] = {
@@ -591,7 +591,8 @@ def _one_range(
     rows = np.flatnonzero(s_in_day & observed & s_instance & (s_gpu_sample != NONE))
     rows = rows[mig_sample[s_gpu_sample[rows]]]
     i_device = series.device[s_place[rows]]
-    i_key = s_gpu_sample[rows] * (int(series.device.max()) + 1) + i_device
+    device_keys = int(series.device.max()) + 1  # a (GPU sample, device) pair as one integer key
+    i_key = s_gpu_sample[rows] * device_keys + i_device
     if rows.size and np.any(i_key[1:] < i_key[:-1]):
         order = np.argsort(i_key, kind="stable")
         rows, i_key, i_device = rows[order], i_key[order], i_device[order]
@@ -601,10 +602,8 @@ def _one_range(
         i_model = _least(series.model[s_place[rows]], i_start)
         i_profile = _least(series.profile[s_place[rows]], i_start)
         i_gr, i_util, i_fb = (np.fmax.reduceat(column[rows], i_start) for column in (gr, util, fb))
-        i_first, i_last = (
-            _least(series.holder[s_place[rows]], i_start),
-            _most(series.holder[s_place[rows]], i_start),
-        )
+        i_series_holder = series.holder[s_place[rows]]
+        i_first, i_last = _least(i_series_holder, i_start), _most(i_series_holder, i_start)
         i_weight = np.full(i_start.size, np.nan)
         i_own = np.full(i_start.size, np.nan)
         for pair in set(zip(i_model.tolist(), i_profile.tolist(), strict=True)):
@@ -644,8 +643,8 @@ def _one_range(
         shared_instance = np.zeros(i_start.size, dtype=bool)
         shared_instance[keep] = (i_first[keep] != NONE) & (i_first[keep] != i_last[keep])
         of_row = np.repeat(np.arange(i_start.size), np.diff(np.r_[i_start, rows.size]))
-        pairs = rows[shared_instance[of_row] & (series.holder[s_place[rows]] != NONE)]
-        holder_pairs.append((s_ts[pairs], series.device[s_place[pairs]], series.holder[s_place[pairs]]))
+        named = shared_instance[of_row] & (i_series_holder != NONE)
+        holder_pairs.append((s_ts[rows[named]], i_device[named], i_series_holder[named]))
     ts_pairs, device_pairs, holder_of_pairs = (
         np.concatenate(parts) for parts in zip(*holder_pairs, strict=True)
     )
@@ -659,7 +658,7 @@ def _one_range(
     rows = np.flatnonzero(s_in_day & series.vgpu_copy[s_place])
     if rows.size:
         d_device = series.device[s_place[rows]]
-        d_key = s_reading[rows] * (int(series.device.max()) + 1) + d_device
+        d_key = s_reading[rows] * device_keys + d_device
         if np.any(d_key[1:] < d_key[:-1]):
             order = np.argsort(d_key, kind="stable")
             rows, d_key, d_device = rows[order], d_key[order], d_device[order]
