@@ -76,16 +76,17 @@ select
             or (metric = 'DCGM_FI_PROF_GR_ENGINE_ACTIVE' and value > 1)
             then 'over_range'
     end as reason,
-    -- The value a row that is not dropped is taken at: as it came, none (an ignored value), or its clamp.
+    -- The value a row that is not dropped is taken at: as it came, none (an ignored value), or its clamp. Each
+    -- value test comes before its metric's, as in `quarantined`; a metric not read has none of the metrics
+    -- named below, so its value is taken as it came.
     case
-        when not value_read then value
-        when value is null or not isfinite(value) or value < 0 then null
-        when (metric = 'DCGM_FI_DEV_FB_USED' and value > 1e9)
-            or (metric = 'DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION' and value > 1e18)
-            or (metric = 'DCGM_FI_DEV_POWER_USAGE' and value > 1e6)
+        when (value is null or not isfinite(value) or value < 0) and value_read then null
+        when (value > 1e9 and metric = 'DCGM_FI_DEV_FB_USED')
+            or (value > 1e18 and metric = 'DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION')
+            or (value > 1e6 and metric = 'DCGM_FI_DEV_POWER_USAGE')
             then null
-        when metric = 'DCGM_FI_DEV_GPU_UTIL' and value > 100 then 100.0
-        when metric = 'DCGM_FI_PROF_GR_ENGINE_ACTIVE' and value > 1 then 1.0
+        when value > 100 and metric = 'DCGM_FI_DEV_GPU_UTIL' then 100.0
+        when value > 1 and metric = 'DCGM_FI_PROF_GR_ENGINE_ACTIVE' then 1.0
         else value
     end as clean_value
 from read_rows
