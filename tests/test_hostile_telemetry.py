@@ -285,16 +285,21 @@ def test_the_value_taken_agrees_with_the_reason_given(rows: list[tuple[str, floa
 
 def test_two_label_sets_under_one_series_key_stop_the_day() -> None:
     """Series are keyed by a 64-bit hash of their labels: were two label sets to share one (never seen), their
-    samples would merge (R1). The day stops with one error instead."""
+    samples would merge (R1). The day stops with one error instead, naming that key and no other: the series
+    table holds one row per key, and a key whose rows carry two label sets says so (labels_agree)."""
     con = duckdb.connect()
     try:
         con.execute(
-            "create table stg_dcgm_series as select * from (values (42::ubigint, 'n1', 'GPU-1', null, null, null), "
-            "(42::ubigint, 'n2', 'GPU-1', null, null, null)) as t(series_key, node, uuid, gpu_i_id, namespace, pod)"
+            "create table stg_dcgm_series as select * from (values "
+            "(7::ubigint, 'c1', 'n1', 'GPU-1', null, 'H100', null, null, null, null, true), "
+            "(42::ubigint, 'c1', 'n2', 'GPU-2', null, 'H100', null, null, null, null, false)) "
+            "as t(series_key, cluster, node, uuid, gpu_i_id, model_name, mig_profile, namespace, pod, container, "
+            "labels_agree)"
         )
         series = next(m for m in load_models() if m.name == "stg_dcgm_series")
-        with pytest.raises(AccountingError, match="share the key 42"):
+        with pytest.raises(AccountingError, match="share the key 42") as stopped:
             check_assertions(con, series)
+        assert "key 7" not in str(stopped.value)
     finally:
         con.close()
 

@@ -4,10 +4,22 @@
 -- strings; each is ranked in name order, so the least key is the least name (the least node key picks the
 -- first node by name, R4).
 select
-    -- The key the series' rows carry (stg_dcgm_judged); none where they carry two (files keyed by two
-    -- writers that disagree): assert_series_keys_are_distinct stops the day then.
-    case when first_key = last_key then first_key end as series_key,
-    * exclude (first_key, last_key),
+    series_key,
+    cluster,
+    node,
+    uuid,
+    uuid || coalesce('/' || gpu_i_id, '') as device_id,
+    gpu_i_id,
+    model_name,
+    mig_profile,
+    namespace,
+    pod,
+    container,
+    seen_in_day,
+    vgpu_copy,
+    -- Whether every row under the key carries the labels above; not where they carry two sets (two series under
+    -- one key): assert_series_keys_are_distinct stops the day then.
+    first_labels = last_labels as labels_agree,
     dense_rank() over (order by uuid)::integer as gpu_key,
     dense_rank() over (order by uuid, gpu_i_id)::integer as device_key,
     case when node is not null then dense_rank() over (order by node) end::integer as node_key,
@@ -20,23 +32,32 @@ select
     -- Only a GPU that ever shows a MIG instance can change mode (R3, int_gpu_samples).
     bool_or(gpu_i_id is not null) over (partition by uuid) as gpu_shows_instances
 from (
+    -- Grouped by the one integer key, not by the nine labels: each row's labels are hashed once instead of
+    -- compared as strings in the group-by, and a key whose rows differ in any label shows two hashes. A label
+    -- is the same on every row of a key that agrees, so any row's (any_value: the first not null) is it.
     select
-        cluster,
-        hostname as node,
-        uuid,
-        uuid || coalesce('/' || gpu_i_id, '') as device_id,
-        gpu_i_id,
-        model_name,
-        gpu_i_profile as mig_profile,
-        namespace,
-        pod,
-        container,
+        series_key,
+        any_value(cluster) as cluster,
+        any_value(hostname) as node,
+        any_value(uuid) as uuid,
+        any_value(gpu_i_id) as gpu_i_id,
+        any_value(model_name) as model_name,
+        any_value(gpu_i_profile) as mig_profile,
+        any_value(namespace) as namespace,
+        any_value(pod) as pod,
+        any_value(container) as container,
         bool_or(within_day(ts_ms)) as seen_in_day,
         -- A vgpu copy (--kubernetes-virtual-gpus): one of several series carrying one shared device's value.
         bool_or(vgpu is not null) as vgpu_copy,
-        min(series_key) as first_key,
-        max(series_key) as last_key
-    from stg_dcgm_judged
-    where not dropped
-    group by cluster, hostname, uuid, gpu_i_id, model_name, gpu_i_profile, namespace, pod, container
+        min(labels) as first_labels,
+        max(labels) as last_labels
+    from (
+        select
+            series_key, cluster, hostname, uuid, gpu_i_id, model_name, gpu_i_profile, namespace, pod, container,
+            ts_ms, vgpu,
+            hash(cluster, hostname, uuid, gpu_i_id, model_name, gpu_i_profile, namespace, pod, container) as labels
+        from stg_dcgm_judged
+        where not dropped
+    )
+    group by series_key
 )
