@@ -1,5 +1,5 @@
-"""The sample pass: the day's DCGM rows, already judged (stg_dcgm_judged), read once, a range of GPUs at a time,
-and turned into the GPU samples (int_gpu_samples) and MIG instance samples (int_mig_instance_samples), with the
+"""The sample pass: the day's DCGM rows, already judged (stg_dcgm_judged), read once in one streamed query and set
+apart by range of GPUs (_spill_ranges), then a range of GPUs at a time turned into the GPU samples (int_gpu_samples) and MIG instance samples (int_mig_instance_samples), with the
 few things the other models read from each series' samples (int_dcgm_quarantine, int_vgpu_copy_conflicts,
 int_keyed_device_holders). The rules are those docs/rules.md states and tests/reference_sql/ holds as SQL: each
 step below names the rule it applies.
@@ -11,9 +11,11 @@ never assumed: a range of rows not in order is sorted first, which costs time, n
 
 from __future__ import annotations
 
+import tempfile
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from pathlib import Path
 
 import duckdb
 import numpy as np
@@ -44,6 +46,11 @@ OBSERVES = [READ_METRICS.index(m) for m in (DCGM_GR_ENGINE_ACTIVE, DCGM_GPU_UTIL
 # work, WORKERS of them at a time.
 ROWS_PER_RANGE = 4_000_000
 WORKERS = 2
+# The rows of the day's one streamed read (_spill_ranges) set apart by range at a time.
+SPILL_BATCH_ROWS = 1 << 20
+SPILL_SCHEMA = pa.schema(
+    [("place", pa.int32()), ("ts_ms", pa.int64()), ("metric", pa.uint8()), ("value", pa.float64())]
+)
 NONE = -1  # a null key
 LEAST_NONE = np.iinfo(np.int32).max  # a null skipped by a min
 
@@ -143,10 +150,10 @@ class _Series:
     holder: np.ndarray
     instance: np.ndarray  # bool: a MIG instance's series
     has_pod: np.ndarray
-    gpu_shows_instances: np.ndarray
     vgpu_copy: np.ndarray
     uuid: list[str]  # by GPU key - 1
     whole_device: np.ndarray  # by GPU key: the GPU's device as a whole GPU (NONE: no GPU-level series)
+    shows_instances: np.ndarray  # by GPU key: whether the GPU ever shows a MIG instance
     lookup: pl.DataFrame  # series_key -> place
 
     @classmethod
@@ -166,6 +173,8 @@ class _Series:
         instance = columns["instance"].astype(bool)
         device = columns["device_key"].astype(np.int32)
         whole_device[gpu[~instance]] = device[~instance]
+        shows_instances = np.zeros(gpus + 1, dtype=bool)
+        shows_instances[gpu] = columns["gpu_shows_instances"].astype(bool)
         for g, name in zip(gpu.tolist(), table["uuid"].to_pylist(), strict=True):
             uuid[g - 1] = name
         return cls(
@@ -178,10 +187,10 @@ class _Series:
             holder=columns["holder_key"].astype(np.int32),
             instance=instance,
             has_pod=columns["has_pod"].astype(bool),
-            gpu_shows_instances=columns["gpu_shows_instances"].astype(bool),
             vgpu_copy=columns["vgpu_copy"].astype(bool),
             uuid=uuid,
             whole_device=whole_device,
+            shows_instances=shows_instances,
             lookup=pl.DataFrame(
                 {
                     "series_key": columns["series_key"].astype(np.uint64),
@@ -191,15 +200,22 @@ class _Series:
         )
 
     def places(self, keys: np.ndarray) -> np.ndarray:
-        """Each row's series place, by its series key (every judged row's series is a series of the day)."""
-        found = pl.DataFrame({"series_key": keys}).join(
+        """Each row's series place, by its series key (every judged row's series is a series of the day). A
+        series' rows are mostly neighbours, so each run of one key is looked up once."""
+        if keys.size == 0:
+            return np.zeros(0, np.int32)
+        new = np.empty(keys.size, dtype=bool)
+        new[0] = True
+        np.not_equal(keys[1:], keys[:-1], out=new[1:])
+        first = np.flatnonzero(new)
+        found = pl.DataFrame({"series_key": keys[first]}).join(
             self.lookup, on="series_key", how="left", maintain_order="left"
         )["place"]
         if found.null_count():
             raise AccountingError(
                 "a judged DCGM row's series key names no series of the day (stg_dcgm_series)"
             )
-        return found.to_numpy()
+        return np.repeat(found.to_numpy(), np.diff(np.r_[first, keys.size]))
 
 
 @dataclass(frozen=True)
@@ -303,8 +319,8 @@ def _previous_valid(valid: np.ndarray, group_start: np.ndarray) -> np.ndarray:
 
 class _Writer:
     """Appends each range's rows to a table of the session (created with its schema before the first range),
-    through `store`: a connection of its own to the session's database, so that rows are stored while the
-    session reads the next range."""
+    through `store`: a connection of its own to the session's database (one insert at a time), while the other
+    worker computes its range."""
 
     def __init__(
         self, con: duckdb.DuckDBPyConnection, store: duckdb.DuckDBPyConnection, name: str, schema: pa.Schema
@@ -324,6 +340,8 @@ class _Writer:
 
 
 def _nullable(values: np.ndarray, valid: np.ndarray, kind: pa.DataType) -> pa.Array:
+    if valid.all():  # no null: no mask to build
+        return pa.array(values, type=kind)
     return pa.array(values, type=kind, mask=~valid)
 
 
@@ -342,7 +360,8 @@ def run(con: duckdb.DuckDBPyConnection) -> None:
 
 
 def _read_ranges(con: duckdb.DuckDBPyConnection, series: _Series, writers: dict[str, _Writer]) -> None:
-    """The day's judged DCGM rows, a range of GPUs (in UUID order) at a time, through the pass."""
+    """The day's judged DCGM rows, set apart by range of GPUs (in UUID order), a range at a time through the
+    pass."""
     gpus = len(series.uuid)
     day = _Day.of(con)
     classes = _Classes.of(con)
@@ -358,39 +377,126 @@ def _read_ranges(con: duckdb.DuckDBPyConnection, series: _Series, writers: dict[
     )
     ((rows,),) = con.sql("select count(*) from raw_dcgm_samples").fetchall()
     per_range = max(1, int(gpus * ROWS_PER_RANGE / max(1, rows)))
+    with tempfile.TemporaryDirectory(prefix="gpumeter-sample-pass-", dir=_spill_folder(con)) as folder:
+        spilled = _spill_ranges(con, series, per_range, Path(folder))
+        ranges = iter(spilled)
+        # One range taken at a time, one insert at a time on the writers' connection.
+        taking, storing = threading.Lock(), threading.Lock()
+
+        def work() -> None:
+            """Take the next range of GPUs until none is left: read its rows back, compute its rows (NumPy lets
+            go of the interpreter, so two workers use two cores) and store them under the writers' lock."""
+            while True:
+                with taking:
+                    path = next(ranges, None)
+                if path is None:
+                    return
+                rows = _read_spilled(path)
+                found = _one_range(rows, series, classes, prices, unschedulable, day)
+                del rows
+                with storing:
+                    for name, columns in found.items():
+                        writers[name].append(columns)
+
+        with ThreadPoolExecutor(max_workers=WORKERS, thread_name_prefix="sample-pass") as pool:
+            for done in [pool.submit(work) for _ in range(WORKERS)]:
+                done.result()  # a worker's error is the run's
+
+
+def _spill_folder(con: duckdb.DuckDBPyConnection) -> str | None:
+    """Where the ranges are spilled: the session's own temp directory where it has one, else the system's."""
+    ((setting,),) = con.sql("select current_setting('temp_directory')").fetchall()
+    return setting if setting and Path(setting).is_dir() else None
+
+
+def _spill_ranges(
+    con: duckdb.DuckDBPyConnection, series: _Series, per_range: int, folder: Path
+) -> list[Path]:
+    """The day's judged rows read in one streamed query and set apart by range of GPUs, each range into a file
+    of its own (Arrow IPC, uncompressed: written and read back once, from the page cache mostly).
+
+    Why not a query per range: a range's rows lie in pages of every stored part, and each part's page is read
+    and decompressed whole for the few rows of the range in it, so per range the rows cost several times what
+    one scan of the day costs them."""
     metric_code = " ".join(f"when '{m}' then {i}" for i, m in enumerate(READ_METRICS))
     query = (
         f"select series_key, ts_ms, (case metric {metric_code} end)::utinyint as metric, clean_value "
-        "from stg_dcgm_judged where not dropped and value_read and uuid >= $first and uuid <= $last"
+        "from stg_dcgm_judged where not dropped and value_read"
     )
-    ranges = iter(range(1, gpus + 1, per_range))
-    # One query at a time on the session, one insert at a time on the writers' connection.
-    session, storing = threading.Lock(), threading.Lock()
+    count = (len(series.uuid) + per_range - 1) // per_range
+    writers: dict[int, pa.ipc.RecordBatchFileWriter] = {}
 
-    def work() -> None:
-        """Take the next range of GPUs until none is left: read it, compute its rows (NumPy lets go of the
-        interpreter, so two workers use two cores) and store them, each connection under its own lock."""
-        while True:
-            with session:
-                first = next(ranges, None)
-                if first is None:
-                    return
-                last = min(gpus, first + per_range - 1)
-                bounds = {"first": series.uuid[first - 1], "last": series.uuid[last - 1]}
-                table = con.sql(query, params=bounds).to_arrow_table()
-            found = _one_range(table, series, classes, prices, unschedulable, day)
-            del table
-            with storing:
-                for name, rows in found.items():
-                    writers[name].append(rows)
+    def set_apart(batch: pa.RecordBatch) -> None:
+        place = series.places(batch["series_key"].to_numpy())
+        where = ((series.gpu[place] - 1) // per_range).astype(np.int32)
+        columns = (
+            place,
+            batch["ts_ms"].to_numpy(),
+            batch["metric"].to_numpy(),
+            batch["clean_value"].to_numpy(zero_copy_only=False).astype(np.float64),  # null: nan
+        )
+        if where.min() == where.max():
+            bounds = {int(where[0]): (0, where.size)}
+        else:
+            order = np.argsort(where, kind="stable")
+            ends = np.cumsum(np.bincount(where, minlength=count))
+            bounds = {
+                at: (int(end - size), int(end))
+                for at, (size, end) in enumerate(zip(np.diff(np.r_[0, ends]), ends, strict=True))
+                if size
+            }
+            columns = tuple(column[order] for column in columns)
+        for at, (first, end) in bounds.items():
+            if at not in writers:
+                writers[at] = pa.ipc.new_file(folder / f"range-{at:06d}.arrow", SPILL_SCHEMA)
+            writers[at].write_batch(
+                pa.record_batch([column[first:end] for column in columns], schema=SPILL_SCHEMA)
+            )
 
-    with ThreadPoolExecutor(max_workers=WORKERS, thread_name_prefix="sample-pass") as pool:
-        for done in [pool.submit(work) for _ in range(WORKERS)]:
-            done.result()  # a worker's error is the run's
+    try:
+        # One batch set apart while the session reads the next.
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="sample-pass-spill") as helper:
+            pending = None
+            for batch in con.sql(query).to_arrow_reader(SPILL_BATCH_ROWS):
+                if pending is not None:
+                    pending.result()
+                pending = helper.submit(set_apart, batch) if batch.num_rows else None
+            if pending is not None:
+                pending.result()
+    finally:
+        for writer in writers.values():
+            writer.close()
+    return [folder / f"range-{at:06d}.arrow" for at in sorted(writers)]
+
+
+@dataclass(frozen=True)
+class _Rows:
+    """A range's judged rows: each row's series place, time, metric (its place in READ_METRICS) and value."""
+
+    place: np.ndarray
+    ts: np.ndarray
+    metric: np.ndarray
+    value: np.ndarray
+
+
+def _read_spilled(path: Path) -> _Rows:
+    """A range's rows, read back from its spill file (which is then removed)."""
+    with pa.memory_map(str(path)) as source:
+        table = pa.ipc.open_file(source).read_all()
+        # One copy out of the mapped file, which is closed and removed once read.
+        rows = _Rows(
+            *(
+                np.concatenate([chunk.to_numpy() for chunk in table[name].chunks])
+                for name in SPILL_SCHEMA.names
+            )
+        )
+        del table
+    path.unlink()
+    return rows
 
 
 def _one_range(
-    table: pa.Table,
+    rows: _Rows,
     series: _Series,
     classes: _Classes,
     prices: _NodeSpans,
@@ -399,12 +505,9 @@ def _one_range(
 ) -> dict[str, dict[str, np.ndarray | pa.Array]]:
     """The pass's rows of one range of GPUs, by the table they go to."""
     out: dict[str, dict[str, np.ndarray | pa.Array]] = {}
-    if table.num_rows == 0:
+    if rows.ts.size == 0:
         return out
-    place = series.places(table["series_key"].to_numpy())
-    ts = table["ts_ms"].to_numpy()
-    metric = table["metric"].to_numpy()
-    value = table["clean_value"].to_numpy(zero_copy_only=False).astype(np.float64)  # null: nan
+    place, ts, metric, value = rows.place, rows.ts, rows.metric, rows.value
     gpu = series.gpu[place]
     # The raw zone's order (GPU, time, series, metric); rows read from several parts are merged into it.
     keys = [gpu - gpu.min(), ts - ts.min(), place - place.min(), metric.astype(np.int64)]
@@ -428,18 +531,18 @@ def _one_range(
     cell = seg * len(READ_METRICS) + metric
     pivot = np.full(samples * len(READ_METRICS), np.nan)
     last = np.r_[cell[1:] != cell[:-1], True]  # copies of one reading are neighbours: each cell set once
-    pivot[cell[last]] = value[last]
-    if not last.all():
+    if last.all():  # no reading copied (nearly every range)
+        pivot[cell] = value
+        has_copies = np.zeros(samples, dtype=bool)
+    else:
+        pivot[cell[last]] = value[last]
         np.fmax.at(pivot, cell[~last], value[~last])
-    present = np.zeros(samples * len(READ_METRICS), dtype=bool)
-    present[cell] = True
+        read_values = np.bincount(seg[~np.isnan(value)], minlength=samples)
+        has_copies = read_values > (~np.isnan(pivot)).reshape(samples, len(READ_METRICS)).sum(axis=1)
     pivot = pivot.reshape(samples, len(READ_METRICS))
-    present = present.reshape(samples, len(READ_METRICS))
-    observed = present[:, OBSERVES].any(axis=1)
-    read_values = np.bincount(seg[~np.isnan(value)], minlength=samples)
-    has_copies = read_values > (~np.isnan(pivot)).sum(axis=1)
+    observed = np.logical_or.reduceat(np.isin(metric, OBSERVES), seg_start) if samples else last[:0]
     s_place, s_ts = place[seg_start], ts[seg_start]
-    del seg, cell, present, place, metric, value
+    del seg, cell, place, metric, value
     gr, util, fb, energy, xid = (pivot[:, c] for c in (GR, UTIL, FB, ENERGY, XID))
     s_gpu = gpu[seg_start]
     s_instance = series.instance[s_place]
@@ -508,9 +611,7 @@ def _one_range(
     run_begin = np.maximum.accumulate(np.where(run_start, np.arange(n), 0)) if n else gpu_start
     shows = np.where(g_flags & 2 != 0, 1, np.where(g_flags & 4 != 0, 0, -1))
     decided = np.maximum.accumulate(np.where(shows >= 0, np.arange(n), -1)) if n else gpu_start
-    shows_instances_ever = series.gpu_shows_instances[
-        np.searchsorted(series.gpu, g_gpu)
-    ]  # series are ordered by GPU: the first series of each GPU
+    shows_instances_ever = series.shows_instances[g_gpu]
     is_mig = shows_instances_ever & (decided >= run_begin) & (shows[np.maximum(decided, 0)] == 1)
     repeats = has_prev & (g_ts - prev_ts <= day.scrape_s * 500)
     in_day = (g_ts >= day.day_start_ms) & (g_ts < day.day_end_ms)
@@ -606,10 +707,14 @@ def _one_range(
         i_first, i_last = _least(i_series_holder, i_start), _most(i_series_holder, i_start)
         i_weight = np.full(i_start.size, np.nan)
         i_own = np.full(i_start.size, np.nan)
-        for pair in set(zip(i_model.tolist(), i_profile.tolist(), strict=True)):
-            found = classes.instance.get(pair)
+        # Each (model, profile) pair once: keys from NONE up, one above the other in one int64.
+        pairs, of_pair = np.unique(
+            (i_model.astype(np.int64) + 1) << 32 | (i_profile.astype(np.int64) + 1), return_inverse=True
+        )
+        for at_pair, pair in enumerate(pairs.tolist()):
+            found = classes.instance.get(((pair >> 32) - 1, (pair & 0xFFFFFFFF) - 1))
             if found is not None:
-                here = (i_model == pair[0]) & (i_profile == pair[1])
+                here = of_pair == at_pair
                 i_weight[here] = found[0]
                 i_own[here] = np.nan if found[1] is None else found[1]
         classed_instance = ~np.isnan(i_weight)
