@@ -35,6 +35,9 @@ MACROS = SQL_DIR / "macros.sql"  # expressions the models share, created before 
 PROJECT_FILE = "project.yml"
 SCHEMA_FILE = "schema.yml"
 ASSERTIONS = "assertions"
+# The session variable naming a folder of the session's own (gpumeter.models.runner), where a Python model may
+# keep files its tables are read from; it is removed with the session.
+SESSION_FOLDER = "session_folder"
 
 Materialization = Literal["table", "ephemeral"]
 Identifier = Annotated[str, StringConstraints(pattern=r"^[a-z][a-z0-9_]*$")]

@@ -7,6 +7,8 @@ caller's business (gpumeter.models.partition and the warehouse).
 from __future__ import annotations
 
 import re
+import shutil
+import tempfile
 import warnings
 from collections.abc import Callable, Collection, Mapping, Sequence
 from datetime import date
@@ -23,6 +25,7 @@ from gpumeter.models.money import MONEY_UNITS_BASE, WEIGHT_SCALE, price_units
 from gpumeter.models.project import (
     LAYERS,
     MACROS,
+    SESSION_FOLDER,
     AccountingError,
     Model,
     ProjectError,
@@ -90,7 +93,9 @@ def meter_day(
     dbt's `--select +model`); the others are computed inside DuckDB and never copied out (they can be 100 M rows
     at fleet scale). With `temp_directory`, the models are tables of a DuckDB database file there (removed by
     the caller with the directory), else of an in-memory one; DuckDB spills there past
-    `warehouse.memory_limit`. With `profile_dir`, each SQL model's DuckDB query profile (EXPLAIN ANALYZE, as
+    `warehouse.memory_limit`. The session's folder (the variable SESSION_FOLDER: `session/` there, else a
+    system temp folder) holds the files a Python model's tables are read from, and is removed with the
+    session. With `profile_dir`, each SQL model's DuckDB query profile (EXPLAIN ANALYZE, as
     JSON) is written there as <model>.json (bench/). With `through_ms` the day ends there (a provisional day
     metered up to its last full hour, gpumeter.models.provisional). `models` replaces the project's models
     (load_models()), e.g. with one model's SQL given by another source (bench/).
@@ -105,8 +110,12 @@ def meter_day(
         for stale in (database, database.with_name(database.name + ".wal")):
             stale.unlink(missing_ok=True)  # a killed run's models are not this run's
         con = duckdb.connect(str(database))
+        folder = temp_directory / "session"
+        shutil.rmtree(folder, ignore_errors=True)  # a killed run's files
+        folder.mkdir()
     else:
         con = duckdb.connect()
+        folder = Path(tempfile.mkdtemp(prefix="gpumeter-session-"))
     models = _needed(load_models() if models is None else models, keep_layers, select)
     last_use = _last_use(models)
     views = {m.name for m in models if m.ephemeral}
@@ -121,6 +130,7 @@ def meter_day(
             con.execute("set temp_directory = ?", [str(temp_directory)])
         _load_raw(con, raw)
         _set_variables(con, config, cluster, day, through_ms)
+        con.execute(f"set variable {SESSION_FOLDER} = ?", [str(folder)])
         con.execute(MACROS.read_text(encoding="utf-8"))
         if profile_dir is not None:
             profile_dir.mkdir(parents=True, exist_ok=True)
@@ -136,8 +146,11 @@ def meter_day(
                             "gpumeter.models.python_models has no function for it"
                         )
                     table = PYTHON_MODEL_FUNCTIONS[model.name](con, config)
-                    if isinstance(table, str):  # a table the function built in the session itself
-                        con.execute(f"alter table {_identifier(table)} rename to {model.name}")
+                    if isinstance(table, str):  # a table or view the function built in the session itself
+                        kind = _kind_of(con, _identifier(table))
+                        con.execute(f"alter {kind} {table} rename to {model.name}")
+                        if kind == "view":
+                            views.add(model.name)
                     else:
                         con.register(f"{model.name}__arrow", table)
                         con.execute(f"create table {model.name} as select * from {model.name}__arrow")
@@ -169,6 +182,15 @@ def meter_day(
         return results
     finally:
         con.close()
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def _kind_of(con: duckdb.DuckDBPyConnection, name: str) -> str:
+    """Whether `name` is a table or a view of the session."""
+    ((kind,),) = con.sql(
+        "select table_type from information_schema.tables where table_name = ?", params=[name]
+    ).fetchall()
+    return "view" if kind == "VIEW" else "table"
 
 
 def _needed(

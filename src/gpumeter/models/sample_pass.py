@@ -11,6 +11,7 @@ never assumed: a range of rows not in order is sorted first, which costs time, n
 
 from __future__ import annotations
 
+import shutil
 import tempfile
 import threading
 from concurrent.futures import ThreadPoolExecutor
@@ -21,6 +22,7 @@ import duckdb
 import numpy as np
 import polars as pl
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 from gpumeter.ingest.row_order import combined_key
 from gpumeter.ingest.schema import (
@@ -31,7 +33,7 @@ from gpumeter.ingest.schema import (
     DCGM_POWER,
     DCGM_XID,
 )
-from gpumeter.models.project import AccountingError
+from gpumeter.models.project import SESSION_FOLDER, AccountingError
 
 # The metrics a sample reads, in name order (the raw zone's order of rows within a series' sample).
 READ_METRICS = tuple(
@@ -317,10 +319,9 @@ def _previous_valid(valid: np.ndarray, group_start: np.ndarray) -> np.ndarray:
     return np.where(before >= group_start, before, -1)
 
 
-class _Writer:
+class _Table:
     """Appends each range's rows to a table of the session (created with its schema before the first range),
-    through `store`: a connection of its own to the session's database (one insert at a time), while the other
-    worker computes its range."""
+    through `store`: a connection of its own to the session's database, one insert at a time."""
 
     def __init__(
         self, con: duckdb.DuckDBPyConnection, store: duckdb.DuckDBPyConnection, name: str, schema: pa.Schema
@@ -339,6 +340,36 @@ class _Writer:
             self.con.unregister("sample_pass__rows")
 
 
+class _Files:
+    """A table of tens of millions of rows as Parquet files in the session's folder, one per range, which the
+    session reads through a view. Why not a table: storing the rows in DuckDB (compressed into its file) cost
+    more than the rest of the pass's work on them, and the models read each column once or twice."""
+
+    def __init__(self, folder: Path, schema: pa.Schema) -> None:
+        self.folder, self.schema = folder, schema
+        shutil.rmtree(folder, ignore_errors=True)
+        folder.mkdir(parents=True)
+
+    def write(self, at: int, columns: dict[str, np.ndarray | pa.Array]) -> None:
+        pq.write_table(
+            pa.table(columns, schema=self.schema),
+            self.folder / f"range-{at:06d}.parquet",
+            # Plain: read back by several models, and decoded faster than compressed files are.
+            compression="none",
+            use_dictionary=False,
+        )
+
+    def view(self, con: duckdb.DuckDBPyConnection, name: str) -> None:
+        """The view `name` of every range's rows, in range order (an empty file where no range had any)."""
+        paths = sorted(self.folder.glob("range-*.parquet"))
+        if not paths:
+            paths = [self.folder / "empty.parquet"]
+            pq.write_table(self.schema.empty_table(), paths[0])
+        listed = ", ".join("'" + str(path).replace("'", "''") + "'" for path in paths)
+        con.execute(f"drop view if exists {name}")
+        con.execute(f"create view {name} as select * from read_parquet([{listed}])")
+
+
 def _nullable(values: np.ndarray, valid: np.ndarray, kind: pa.DataType) -> pa.Array:
     if valid.all():  # no null: no mask to build
         return pa.array(values, type=kind)
@@ -346,20 +377,34 @@ def _nullable(values: np.ndarray, valid: np.ndarray, kind: pa.DataType) -> pa.Ar
 
 
 def run(con: duckdb.DuckDBPyConnection) -> None:
-    """Write the pass's tables into the session: GPU_SAMPLES, MIG_INSTANCE_SAMPLES and SIDE_SCHEMAS' tables."""
+    """Write the pass's tables into the session: GPU_SAMPLES and MIG_INSTANCE_SAMPLES as views of Parquet files
+    in the session's folder, SIDE_SCHEMAS' tables as tables."""
+    ((folder,),) = con.sql(f"select getvariable('{SESSION_FOLDER}')").fetchall()
+    if folder is None:
+        raise AccountingError(
+            "the sample pass runs in a metering session (gpumeter.models.runner.meter_day), which gives it a "
+            "folder for its files"
+        )
     series = _Series.of(con)
-    gpus = len(series.uuid)
+    files = {
+        GPU_SAMPLES: _Files(Path(folder) / GPU_SAMPLES, GPU_SAMPLE_SCHEMA),
+        MIG_INSTANCE_SAMPLES: _Files(Path(folder) / MIG_INSTANCE_SAMPLES, MIG_INSTANCE_SAMPLE_SCHEMA),
+    }
     with con.cursor() as store:
-        writers = {
-            GPU_SAMPLES: _Writer(con, store, GPU_SAMPLES, GPU_SAMPLE_SCHEMA),
-            MIG_INSTANCE_SAMPLES: _Writer(con, store, MIG_INSTANCE_SAMPLES, MIG_INSTANCE_SAMPLE_SCHEMA),
-            **{name: _Writer(con, store, name, schema) for name, schema in SIDE_SCHEMAS.items()},
-        }
-        if gpus:
-            _read_ranges(con, series, writers)
+        tables = {name: _Table(con, store, name, schema) for name, schema in SIDE_SCHEMAS.items()}
+        if series.uuid:
+            _read_ranges(con, series, Path(folder), files, tables)
+    for name, written in files.items():
+        written.view(con, name)
 
 
-def _read_ranges(con: duckdb.DuckDBPyConnection, series: _Series, writers: dict[str, _Writer]) -> None:
+def _read_ranges(
+    con: duckdb.DuckDBPyConnection,
+    series: _Series,
+    folder: Path,
+    files: dict[str, _Files],
+    tables: dict[str, _Table],
+) -> None:
     """The day's judged DCGM rows, set apart by range of GPUs (in UUID order), a range at a time through the
     pass."""
     gpus = len(series.uuid)
@@ -377,36 +422,34 @@ def _read_ranges(con: duckdb.DuckDBPyConnection, series: _Series, writers: dict[
     )
     ((rows,),) = con.sql("select count(*) from raw_dcgm_samples").fetchall()
     per_range = max(1, int(gpus * ROWS_PER_RANGE / max(1, rows)))
-    with tempfile.TemporaryDirectory(prefix="gpumeter-sample-pass-", dir=_spill_folder(con)) as folder:
-        spilled = _spill_ranges(con, series, per_range, Path(folder))
-        ranges = iter(spilled)
-        # One range taken at a time, one insert at a time on the writers' connection.
+    with tempfile.TemporaryDirectory(prefix="spill-", dir=folder) as spill:
+        ranges = iter(enumerate(_spill_ranges(con, series, per_range, Path(spill))))
+        # One range taken at a time; one insert at a time on the small tables' connection.
         taking, storing = threading.Lock(), threading.Lock()
 
         def work() -> None:
             """Take the next range of GPUs until none is left: read its rows back, compute its rows (NumPy lets
-            go of the interpreter, so two workers use two cores) and store them under the writers' lock."""
+            go of the interpreter, so two workers use two cores) and write them: the sample rows to files of
+            the range's own, the small tables' rows under their lock."""
             while True:
                 with taking:
-                    path = next(ranges, None)
+                    at, path = next(ranges, (-1, None))
                 if path is None:
                     return
                 rows = _read_spilled(path)
                 found = _one_range(rows, series, classes, prices, unschedulable, day)
                 del rows
+                for name, written in files.items():
+                    if name in found:
+                        written.write(at, found[name])
                 with storing:
-                    for name, columns in found.items():
-                        writers[name].append(columns)
+                    for name, table in tables.items():
+                        if name in found:
+                            table.append(found[name])
 
         with ThreadPoolExecutor(max_workers=WORKERS, thread_name_prefix="sample-pass") as pool:
             for done in [pool.submit(work) for _ in range(WORKERS)]:
                 done.result()  # a worker's error is the run's
-
-
-def _spill_folder(con: duckdb.DuckDBPyConnection) -> str | None:
-    """Where the ranges are spilled: the session's own temp directory where it has one, else the system's."""
-    ((setting,),) = con.sql("select current_setting('temp_directory')").fetchall()
-    return setting if setting and Path(setting).is_dir() else None
 
 
 def _spill_ranges(
