@@ -7,9 +7,12 @@ into one range of GPUs per GPU. Examples per property: $GPUMETER_PROPERTY_EXAMPL
 from __future__ import annotations
 
 import random
+import tempfile
 from dataclasses import replace
 from datetime import timedelta
+from pathlib import Path
 
+import duckdb
 import pyarrow as pa
 import pytest
 from hypothesis import given
@@ -20,7 +23,7 @@ from gpumeter.ingest.contract import day_bounds_ms
 from gpumeter.ingest.row_order import gpu_ordered
 from gpumeter.ingest.schema import DCGM_GPU_UTIL
 from gpumeter.models import sample_pass
-from gpumeter.models.project import load_models
+from gpumeter.models.project import SESSION_FOLDER, AccountingError, load_models
 from gpumeter.models.runner import meter_day
 from tests.builders import FactoryBuilder
 from tests.sample_pass_reference import PASS_ONLY, differences, reference_models
@@ -84,6 +87,73 @@ def test_a_day_cut_into_a_range_per_gpu_meters_the_same(monkeypatch: pytest.Monk
     raw = raw_day(spec, day)
     monkeypatch.setattr(sample_pass, "ROWS_PER_RANGE", 1)
     assert differences(raw, config_for(spec), spec.cluster, day) == {}
+
+
+@pytest.mark.parametrize("in_gpu_order", [False, True])
+def test_a_day_streamed_in_small_batches_meters_the_same(
+    monkeypatch: pytest.MonkeyPatch, in_gpu_order: bool
+) -> None:
+    """The demo factory's day streamed a thousand rows at a time into ranges of a few GPUs: in time order each
+    batch is set apart across ranges and each range gathers pieces of many batches; in GPU order most batches
+    fall in one range. No sample depends on how the stream was cut."""
+    spec = simulator.demo_spec()
+    day = spec.start + timedelta(days=1)
+    raw = raw_day(spec, day)
+    if in_gpu_order:
+        raw = replace(raw, dcgm=gpu_ordered(raw.dcgm))
+    monkeypatch.setattr(sample_pass, "SPILL_BATCH_ROWS", 1000)
+    monkeypatch.setattr(sample_pass, "ROWS_PER_RANGE", 20_000)
+    assert differences(raw, config_for(spec), spec.cluster, day) == {}
+
+
+def test_the_pass_keeps_its_files_in_the_session_folder_and_they_go_with_the_session(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The samples are Parquet files in the session's folder, read through views; the folder is removed when
+    the session ends, whether the day is metered or stops, in memory or in a temp directory."""
+    spec = simulator.demo_spec()
+    day = spec.start + timedelta(days=1)
+    raw, config = raw_day(spec, day), config_for(spec)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "system"))
+    (tmp_path / "system").mkdir()
+    seen: list[tuple[str, list[str]]] = []
+    run = sample_pass.run
+
+    def watched(con: duckdb.DuckDBPyConnection) -> None:
+        run(con)
+        ((folder,),) = con.sql(f"select getvariable('{SESSION_FOLDER}')").fetchall()
+        kinds = con.sql(
+            "select table_name, table_type from information_schema.tables where table_name in (?, ?)",
+            params=[sample_pass.GPU_SAMPLES, sample_pass.MIG_INSTANCE_SAMPLES],
+        ).fetchall()
+        assert sorted(kinds) == sorted(
+            (name, "VIEW") for name in (sample_pass.GPU_SAMPLES, sample_pass.MIG_INSTANCE_SAMPLES)
+        )
+        seen.append((folder, sorted(str(p.relative_to(folder)) for p in Path(folder).rglob("*.parquet"))))
+
+    monkeypatch.setattr(sample_pass, "run", watched)
+    samples = meter_day(raw, config, spec.cluster, day, select=("int_gpu_samples",))["int_gpu_samples"]
+    meter_day(raw, config, spec.cluster, day, select=("int_gpu_samples",), temp_directory=tmp_path / "run")
+    (in_memory, files), (in_directory, _) = seen
+    assert Path(in_memory).parent == tmp_path / "system"
+    assert Path(in_directory) == tmp_path / "run" / "session"
+    assert files and all(
+        name.startswith((sample_pass.GPU_SAMPLES, sample_pass.MIG_INSTANCE_SAMPLES)) for name in files
+    )
+    assert samples.num_rows > 0
+    assert not Path(in_memory).exists() and not Path(in_directory).exists()
+
+    def stops(*_args: object) -> None:
+        raise AccountingError("stopped on purpose")
+
+    monkeypatch.setattr(sample_pass, "_one_range", stops)
+    for temp_directory in (None, tmp_path / "run"):
+        with pytest.raises(AccountingError, match="stopped on purpose"):
+            meter_day(
+                raw, config, spec.cluster, day, select=("int_gpu_samples",), temp_directory=temp_directory
+            )
+    assert not (tmp_path / "run" / "session").exists()
+    assert list((tmp_path / "system").iterdir()) == []
 
 
 def _edges() -> FactoryBuilder:
