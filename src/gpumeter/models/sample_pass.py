@@ -1,8 +1,8 @@
-"""The sample pass: the day's DCGM rows, already judged (stg_dcgm_judged), read once in one streamed query and set
-apart by range of GPUs (_spill_ranges), then a range of GPUs at a time turned into the GPU samples (int_gpu_samples) and MIG instance samples (int_mig_instance_samples), with the
-few things the other models read from each series' samples (int_dcgm_quarantine, int_vgpu_copy_conflicts,
-int_keyed_device_holders). The rules are those docs/rules.md states and tests/reference_sql/ holds as SQL: each
-step below names the rule it applies.
+"""The sample pass: the day's DCGM rows, already judged (stg_dcgm_judged), read in one streamed query and set
+apart by range of GPUs (_spill_ranges), then turned a range at a time into the GPU samples (int_gpu_samples)
+and MIG instance samples (int_mig_instance_samples), with the few things the other models read from each
+series' samples (int_dcgm_quarantine, int_vgpu_copy_conflicts, int_keyed_device_holders). The rules are those
+docs/rules.md states and tests/reference_sql/ holds as SQL: each step below names the rule it applies.
 
 Why a pass and not SQL: the SQL grouped the day's rows three times by hash (series and time, GPU and time,
 instance and time), each a state per sample for tens of millions of samples. The raw zone stores each part in
@@ -48,7 +48,7 @@ OBSERVES = [READ_METRICS.index(m) for m in (DCGM_GR_ENGINE_ACTIVE, DCGM_GPU_UTIL
 # work, WORKERS of them at a time.
 ROWS_PER_RANGE = 4_000_000
 WORKERS = 2
-# The rows of the day's one streamed read (_spill_ranges) set apart by range at a time.
+# How many rows of the day's one streamed read (_spill_ranges) are set apart by range at a time.
 SPILL_BATCH_ROWS = 1 << 20
 SPILL_SCHEMA = pa.schema(
     [("place", pa.int32()), ("ts_ms", pa.int64()), ("metric", pa.uint8()), ("value", pa.float64())]
@@ -583,7 +583,7 @@ def _one_range(
         read_values = np.bincount(seg[~np.isnan(value)], minlength=samples)
         has_copies = read_values > (~np.isnan(pivot)).reshape(samples, len(READ_METRICS)).sum(axis=1)
     pivot = pivot.reshape(samples, len(READ_METRICS))
-    observed = np.logical_or.reduceat(np.isin(metric, OBSERVES), seg_start) if samples else last[:0]
+    observed = np.logical_or.reduceat(np.isin(metric, OBSERVES), seg_start)
     s_place, s_ts = place[seg_start], ts[seg_start]
     del seg, cell, place, metric, value
     gr, util, fb, energy, xid = (pivot[:, c] for c in (GR, UTIL, FB, ENERGY, XID))
