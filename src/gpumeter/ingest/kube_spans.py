@@ -28,6 +28,7 @@ import pyarrow.parquet as pq
 
 from gpumeter.ingest.schema import RAW_KUBE_SCHEMA, RAW_KUBE_SPANS_SCHEMA, RAW_TABLES
 from gpumeter.storage.files import parquet_write_options
+from gpumeter.storage.objectstore import sql_path_list
 
 # The raw tables as the pull stores them: the kube samples as spans.
 STORED_RAW_TABLES = {**RAW_TABLES, "raw_kube_samples": RAW_KUBE_SPANS_SCHEMA}
@@ -415,7 +416,7 @@ class KubeSpanStaging:
             con.execute("set memory_limit = ?", [self.memory_limit])
             con.execute("set temp_directory = ?", [str(self.scratch / "duckdb")])
             con.execute("set preserve_insertion_order = false")
-            files = ", ".join("'" + str(p).replace("'", "''") + "'" for p in paths)
+            files = sql_path_list(paths)
             stored = {r[0] for r in con.execute(f"select name from parquet_schema([{files}])").fetchall()}
             # Files written before the target column read it as null (schema.OPTIONAL_RAW_COLUMNS).
             columns = ", ".join(c if c in stored else f"null::varchar as {c}" for c in RAW_KUBE_SCHEMA.names)
@@ -437,7 +438,7 @@ def convert_files(rows: list[Path], into: Path, memory_limit: str, scratch: Path
     try:
         con = duckdb.connect()
         try:
-            files = ", ".join("'" + str(p).replace("'", "''") + "'" for p in rows)
+            files = sql_path_list(rows)
             ((samples,),) = con.execute(f"select count(*) from read_parquet([{files}])").fetchall()
         finally:
             con.close()
@@ -459,7 +460,7 @@ def span_samples(paths: list[Path]) -> int:
         return 0
     con = duckdb.connect()
     try:
-        files = ", ".join("'" + str(p).replace("'", "''") + "'" for p in paths)
+        files = sql_path_list(paths)
         con.execute(f"create temp view spans as select * from read_parquet([{files}])")
         ((count,),) = con.execute(
             """with scrapes as (

@@ -33,7 +33,7 @@ from gpumeter.models.project import (
     reads,
 )
 from gpumeter.models.python_models import PYTHON_MODEL_FUNCTIONS
-from gpumeter.storage.objectstore import duckdb_paths
+from gpumeter.storage.objectstore import duckdb_paths, sql_path_list
 
 
 def _set_variables(
@@ -254,7 +254,7 @@ def _load_raw(con: duckdb.DuckDBPyConnection, raw: RawDay | RawFiles) -> None:
             con.execute(f"create temp table {_loaded(name)} as select * from {name}__arrow")
             con.unregister(f"{name}__arrow")
             continue
-        files = ", ".join("'" + p.replace("'", "''") + "'" for p in paths)  # a view takes no parameters
+        files = sql_path_list(paths)
         stored = {
             row[0]
             for row in con.execute(
@@ -313,7 +313,7 @@ def _span_files(con: duckdb.DuckDBPyConnection, paths: Sequence[str]) -> list[st
     """The stored kube files in span form (the pull's); the others hold rows (days stored before spans)."""
     if not paths:
         return []
-    files = ", ".join("'" + p.replace("'", "''") + "'" for p in paths)
+    files = sql_path_list(paths)
     found = con.execute(
         f"select distinct file_name from parquet_schema([{files}]) where name = 'last_ms'"  # noqa: S608 - quoted
     ).fetchall()
@@ -328,7 +328,7 @@ def _kube_spans(con: duckdb.DuckDBPyConnection, span_files: Sequence[str]) -> No
     con.execute(f"drop {'view' if _is_view(con, _KUBE_ROWS) else 'table'} {_KUBE_ROWS}")
     stored = "raw_kube_made_spans"
     if span_files:
-        files = ", ".join("'" + p.replace("'", "''") + "'" for p in span_files)
+        files = sql_path_list(span_files)
         columns = ", ".join(f'"{c}"' for c in RAW_KUBE_SPANS_SCHEMA.names)
         stored = (
             f"(select * from raw_kube_made_spans union all select {columns} from read_parquet([{files}], "

@@ -34,6 +34,7 @@ from gpumeter.ingest.schema import (
     DCGM_XID,
 )
 from gpumeter.models.project import SESSION_FOLDER, AccountingError
+from gpumeter.storage.objectstore import sql_path_list
 
 # The metrics a sample reads, in name order (the raw zone's order of rows within a series' sample).
 READ_METRICS = tuple(
@@ -365,9 +366,8 @@ class _Files:
         if not paths:
             paths = [self.folder / "empty.parquet"]
             pq.write_table(self.schema.empty_table(), paths[0])
-        listed = ", ".join("'" + str(path).replace("'", "''") + "'" for path in paths)
         con.execute(f"drop view if exists {name}")
-        con.execute(f"create view {name} as select * from read_parquet([{listed}])")
+        con.execute(f"create view {name} as select * from read_parquet([{sql_path_list(paths)}])")
 
 
 def _nullable(values: np.ndarray, valid: np.ndarray, kind: pa.DataType) -> pa.Array:

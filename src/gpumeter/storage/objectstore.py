@@ -90,6 +90,12 @@ def _check_reachable(root: UPath) -> None:
     _REACHED.add(key)
 
 
+def sql_path_list(paths: Iterable[object]) -> str:
+    """`paths` as the items of a SQL list of string literals (read_parquet([...])), each quoted: a view
+    takes no parameters, so the paths are written into its text."""
+    return ", ".join("'" + str(path).replace("'", "''") + "'" for path in paths)
+
+
 def duckdb_paths(con: duckdb.DuckDBPyConnection, paths: Iterable[Path | UPath]) -> list[str]:
     """The strings DuckDB reads `paths` by: an object-store path gets its fsspec filesystem registered
     with `con` (DuckDB's own httpfs is not needed), so DuckDB reads the objects where they lie."""

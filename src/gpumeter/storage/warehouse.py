@@ -31,7 +31,13 @@ from upath import UPath
 
 from gpumeter.storage import locks, paths
 from gpumeter.storage.files import atomic_write_parquet, read_parquet
-from gpumeter.storage.objectstore import _object_store_root, duckdb_paths, is_object_store_uri, local_path_of
+from gpumeter.storage.objectstore import (
+    _object_store_root,
+    duckdb_paths,
+    is_object_store_uri,
+    local_path_of,
+    sql_path_list,
+)
 from gpumeter.storage.staging import StagedDay
 
 if TYPE_CHECKING:
@@ -172,10 +178,9 @@ class Warehouse:
                 # The directory name becomes an SQL identifier: anything gpumeter did not name is not a table.
                 if not _TABLE_NAME.match(table_dir.name) or not any(table_dir.glob(f"**/{paths.DATA_FILE}")):
                     continue
-                (pattern,) = duckdb_paths(con, [table_dir / "**" / paths.DATA_FILE])
-                pattern = pattern.replace("'", "''")  # a view takes no parameters
+                pattern = sql_path_list(duckdb_paths(con, [table_dir / "**" / paths.DATA_FILE]))
                 con.execute(
                     f'CREATE OR REPLACE VIEW "{table_dir.name}" AS '
-                    f"SELECT * FROM read_parquet('{pattern}', hive_partitioning = false, union_by_name = true)"
+                    f"SELECT * FROM read_parquet({pattern}, hive_partitioning = false, union_by_name = true)"
                 )
         return con
