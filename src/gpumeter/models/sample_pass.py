@@ -322,12 +322,10 @@ def _previous_valid(valid: np.ndarray, group_start: np.ndarray) -> np.ndarray:
 
 class _Table:
     """Appends each range's rows to a table of the session (created with its schema before the first range),
-    through `store`: a connection of its own to the session's database, one insert at a time."""
+    one insert at a time: the workers use the session only once the day's rows are set apart."""
 
-    def __init__(
-        self, con: duckdb.DuckDBPyConnection, store: duckdb.DuckDBPyConnection, name: str, schema: pa.Schema
-    ) -> None:
-        self.con, self.name, self.schema = store, name, schema
+    def __init__(self, con: duckdb.DuckDBPyConnection, name: str, schema: pa.Schema) -> None:
+        self.con, self.name, self.schema = con, name, schema
         con.execute(f"drop table if exists {name}")
         con.register("sample_pass__empty", schema.empty_table())
         con.execute(f"create table {name} as select * from sample_pass__empty")
@@ -390,10 +388,9 @@ def run(con: duckdb.DuckDBPyConnection) -> None:
         GPU_SAMPLES: _Files(Path(folder) / GPU_SAMPLES, GPU_SAMPLE_SCHEMA),
         MIG_INSTANCE_SAMPLES: _Files(Path(folder) / MIG_INSTANCE_SAMPLES, MIG_INSTANCE_SAMPLE_SCHEMA),
     }
-    with con.cursor() as store:
-        tables = {name: _Table(con, store, name, schema) for name, schema in SIDE_SCHEMAS.items()}
-        if series.uuid:
-            _read_ranges(con, series, Path(folder), files, tables)
+    tables = {name: _Table(con, name, schema) for name, schema in SIDE_SCHEMAS.items()}
+    if series.uuid:
+        _read_ranges(con, series, Path(folder), files, tables)
     for name, written in files.items():
         written.view(con, name)
 
@@ -424,7 +421,7 @@ def _read_ranges(
     per_range = max(1, int(gpus * ROWS_PER_RANGE / max(1, rows)))
     with tempfile.TemporaryDirectory(prefix="spill-", dir=folder) as spill:
         ranges = iter(enumerate(_spill_ranges(con, series, per_range, Path(spill))))
-        # One range taken at a time; one insert at a time on the small tables' connection.
+        # One range taken at a time; one insert at a time into the small tables.
         taking, storing = threading.Lock(), threading.Lock()
 
         def work() -> None:
