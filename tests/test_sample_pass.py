@@ -23,7 +23,7 @@ from gpumeter.ingest.contract import day_bounds_ms
 from gpumeter.ingest.row_order import gpu_ordered
 from gpumeter.ingest.schema import DCGM_GPU_UTIL
 from gpumeter.models import sample_pass
-from gpumeter.models.project import SESSION_FOLDER, AccountingError, load_models
+from gpumeter.models.project import SESSION_FOLDER, AccountingError, ProjectError, load_models
 from gpumeter.models.runner import meter_day
 from tests.builders import FactoryBuilder
 from tests.sample_pass_reference import PASS_ONLY, differences, reference_models
@@ -152,6 +152,8 @@ def test_the_pass_keeps_its_files_in_the_session_folder_and_they_go_with_the_ses
             meter_day(
                 raw, config, spec.cluster, day, select=("int_gpu_samples",), temp_directory=temp_directory
             )
+    with pytest.raises(ProjectError, match="no model named no_such_model"):  # refused before a session opens
+        meter_day(raw, config, spec.cluster, day, select=("no_such_model",))
     assert not (tmp_path / "run" / "session").exists()
     assert list((tmp_path / "system").iterdir()) == []
 

@@ -102,6 +102,9 @@ def meter_day(
 
     Each model must output the columns its schema.yml declares (ProjectError), and the assertions it declares
     run right after it: the first row one returns stops the day with its message (AccountingError)."""
+    models = _needed(load_models() if models is None else models, keep_layers, select)
+    last_use = _last_use(models)
+    views = {m.name for m in models if m.ephemeral}
     if temp_directory is not None:
         temp_directory.mkdir(parents=True, exist_ok=True)
         # A database file, not temp tables: its tables are compressed and the buffer manager can evict them,
@@ -116,9 +119,6 @@ def meter_day(
     else:
         con = duckdb.connect()
         folder = Path(tempfile.mkdtemp(prefix="gpumeter-session-"))
-    models = _needed(load_models() if models is None else models, keep_layers, select)
-    last_use = _last_use(models)
-    views = {m.name for m in models if m.ephemeral}
     try:
         con.execute("set threads to 2")
         # DuckDB plans an ASOF join as a nested loop when it *estimates* the left side under this many rows;
