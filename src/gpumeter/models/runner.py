@@ -186,11 +186,9 @@ def meter_day(
 
 
 def _kind_of(con: duckdb.DuckDBPyConnection, name: str) -> str:
-    """Whether `name` is a table or a view of the session."""
-    ((kind,),) = con.sql(
-        "select table_type from information_schema.tables where table_name = ?", params=[name]
-    ).fetchall()
-    return "view" if kind == "VIEW" else "table"
+    """'view' or 'table': how the session holds `name`, temporary or not (for a drop or a rename of it)."""
+    ((views,),) = con.execute("select count(*) from duckdb_views() where view_name = ?", [name]).fetchall()
+    return "view" if views else "table"
 
 
 def _needed(
@@ -325,7 +323,7 @@ def _kube_spans(con: duckdb.DuckDBPyConnection, span_files: Sequence[str]) -> No
     """`raw_kube_samples` as spans: the stored ones, and those of the kube rows (an Arrow day, a day stored as
     rows) made here, exactly as the pull makes them."""
     create_spans(con, _KUBE_ROWS, "raw_kube_made_spans")
-    con.execute(f"drop {'view' if _is_view(con, _KUBE_ROWS) else 'table'} {_KUBE_ROWS}")
+    con.execute(f"drop {_kind_of(con, _KUBE_ROWS)} {_KUBE_ROWS}")
     stored = "raw_kube_made_spans"
     if span_files:
         files = sql_path_list(span_files)
@@ -341,13 +339,6 @@ def _kube_spans(con: duckdb.DuckDBPyConnection, span_files: Sequence[str]) -> No
             f"raw files of {KUBE} ({span_files[0]}) do not match the raw-samples schema: {exc}; re-pull the day"
         ) from exc
     con.execute("drop table raw_kube_made_spans")
-
-
-def _is_view(con: duckdb.DuckDBPyConnection, name: str) -> bool:
-    found = con.execute(
-        "select count(*) from duckdb_views() where view_name = ? and temporary", [name]
-    ).fetchall()
-    return bool(found[0][0])
 
 
 _IDENTIFIER = re.compile(r"[a-z][a-z0-9_]*")

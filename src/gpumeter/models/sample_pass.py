@@ -11,7 +11,6 @@ never assumed: a range of rows not in order is sorted first, which costs time, n
 
 from __future__ import annotations
 
-import shutil
 import tempfile
 import threading
 from concurrent.futures import ThreadPoolExecutor
@@ -346,8 +345,7 @@ class _Files:
 
     def __init__(self, folder: Path, schema: pa.Schema) -> None:
         self.folder, self.schema = folder, schema
-        shutil.rmtree(folder, ignore_errors=True)
-        folder.mkdir(parents=True)
+        folder.mkdir(parents=True)  # the session's folder is new: nothing of an earlier run is in it
 
     def write(self, at: int, columns: dict[str, np.ndarray | pa.Array]) -> None:
         pq.write_table(
