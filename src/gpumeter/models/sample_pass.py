@@ -156,7 +156,6 @@ class _Series:
     uuid: list[str]  # by GPU key - 1
     whole_device: np.ndarray  # by GPU key: the GPU's device as a whole GPU (NONE: no GPU-level series)
     shows_instances: np.ndarray  # by GPU key: whether the GPU ever shows a MIG instance
-    lookup: pl.DataFrame  # series_key -> place
 
     @classmethod
     def of(cls, con: duckdb.DuckDBPyConnection) -> _Series:
@@ -193,31 +192,7 @@ class _Series:
             uuid=uuid,
             whole_device=whole_device,
             shows_instances=shows_instances,
-            lookup=pl.DataFrame(
-                {
-                    "series_key": columns["series_key"].astype(np.uint64),
-                    "place": np.arange(gpu.size, dtype=np.int32),
-                }
-            ),
         )
-
-    def places(self, keys: np.ndarray) -> np.ndarray:
-        """Each row's series place, by its series key (every judged row's series is a series of the day). A
-        series' rows are mostly neighbours, so each run of one key is looked up once."""
-        if keys.size == 0:
-            return np.zeros(0, np.int32)
-        new = np.empty(keys.size, dtype=bool)
-        new[0] = True
-        np.not_equal(keys[1:], keys[:-1], out=new[1:])
-        first = np.flatnonzero(new)
-        found = pl.DataFrame({"series_key": keys[first]}).join(
-            self.lookup, on="series_key", how="left", maintain_order="left"
-        )["place"]
-        if found.null_count():
-            raise AccountingError(
-                "a judged DCGM row's series key names no series of the day (stg_dcgm_series)"
-            )
-        return np.repeat(found.to_numpy(), np.diff(np.r_[first, keys.size]))
 
 
 @dataclass(frozen=True)
@@ -451,42 +426,60 @@ def _spill_ranges(
     con: duckdb.DuckDBPyConnection, series: _Series, per_range: int, folder: Path
 ) -> list[Path]:
     """The day's judged rows read in one streamed query and set apart by range of GPUs, each range into a file
-    of its own (Arrow IPC, uncompressed: written and read back once, from the page cache mostly).
+    of its own (Arrow IPC, LZ4: written and read back once; compressed, the files cost less to write than their
+    plain bytes cost the page cache, and take a quarter of the temp disk).
 
     Why not a query per range: a range's rows lie in pages of every stored part, and each part's page is read
     and decompressed whole for the few rows of the range in it, so per range the rows cost several times what
-    one scan of the day costs them."""
+    one scan of the day costs them. The query itself names each row's series place and range (a join with the
+    series, which costs the scan little), so that Python only cuts the batches."""
+    count = (len(series.uuid) + per_range - 1) // per_range
+    con.register(
+        "sample_pass__places",
+        pa.table(
+            {
+                "series_key": series.key,
+                "place": np.arange(series.key.size, dtype=np.int32),
+                "range_at": ((series.gpu - 1) // per_range).astype(np.int32),
+            }
+        ),
+    )
     metric_code = " ".join(f"when '{m}' then {i}" for i, m in enumerate(READ_METRICS))
     query = (
-        f"select series_key, ts_ms, (case metric {metric_code} end)::utinyint as metric, clean_value "
-        "from stg_dcgm_judged where not dropped and value_read"
+        f"select p.place, j.ts_ms, (case j.metric {metric_code} end)::utinyint as metric, j.clean_value, "
+        "p.range_at from stg_dcgm_judged as j left join sample_pass__places as p using (series_key) "
+        "where not j.dropped and j.value_read"
     )
-    count = (len(series.uuid) + per_range - 1) // per_range
+    options = pa.ipc.IpcWriteOptions(compression="lz4")
     writers: dict[int, pa.ipc.RecordBatchFileWriter] = {}
 
     def set_apart(batch: pa.RecordBatch) -> None:
-        place = series.places(batch["series_key"].to_numpy())
-        where = ((series.gpu[place] - 1) // per_range).astype(np.int32)
-        columns = (
-            place,
-            batch["ts_ms"].to_numpy(),
-            batch["metric"].to_numpy(),
-            batch["clean_value"].to_numpy(zero_copy_only=False).astype(np.float64),  # null: nan
+        if batch["place"].null_count:
+            raise AccountingError(
+                "a judged DCGM row's series key names no series of the day (stg_dcgm_series)"
+            )
+        where = batch["range_at"].to_numpy()
+        columns = tuple(
+            batch[name].to_numpy(zero_copy_only=False)  # a null value: nan
+            for name in ("place", "ts_ms", "metric", "clean_value")
         )
-        if where.min() == where.max():
-            bounds = {int(where[0]): (0, where.size)}
+        # A stored part is in GPU order, so a batch is a few runs in range order: each piece of one range is a
+        # slice. A batch cut into many more pieces than there are ranges (a raw zone in time order) is sorted.
+        cuts = np.flatnonzero(where[1:] != where[:-1]) + 1
+        if cuts.size < 4 * count:
+            firsts = np.r_[0, cuts]
+            pieces = zip(
+                where[firsts].tolist(), firsts.tolist(), np.r_[cuts, where.size].tolist(), strict=True
+            )
         else:
             order = np.argsort(where, kind="stable")
-            ends = np.cumsum(np.bincount(where, minlength=count))
-            bounds = {
-                at: (int(end - size), int(end))
-                for at, (size, end) in enumerate(zip(np.diff(np.r_[0, ends]), ends, strict=True))
-                if size
-            }
             columns = tuple(column[order] for column in columns)
-        for at, (first, end) in bounds.items():
+            ends = np.cumsum(np.bincount(where, minlength=count))
+            firsts = ends - np.bincount(where, minlength=count)
+            pieces = ((at, int(firsts[at]), int(ends[at])) for at in np.flatnonzero(ends - firsts).tolist())
+        for at, first, end in pieces:
             if at not in writers:
-                writers[at] = pa.ipc.new_file(folder / f"range-{at:06d}.arrow", SPILL_SCHEMA)
+                writers[at] = pa.ipc.new_file(folder / f"range-{at:06d}.arrow", SPILL_SCHEMA, options=options)
             writers[at].write_batch(
                 pa.record_batch([column[first:end] for column in columns], schema=SPILL_SCHEMA)
             )
@@ -504,6 +497,7 @@ def _spill_ranges(
     finally:
         for writer in writers.values():
             writer.close()
+        con.unregister("sample_pass__places")
     return [folder / f"range-{at:06d}.arrow" for at in sorted(writers)]
 
 
@@ -519,18 +513,12 @@ class _Rows:
 
 def _read_spilled(path: Path) -> _Rows:
     """A range's rows, read back from its spill file (which is then removed)."""
-    with pa.memory_map(str(path)) as source:
+    with pa.OSFile(str(path)) as source:
         table = pa.ipc.open_file(source).read_all()
-        # One copy out of the mapped file, which is closed and removed once read.
-        rows = _Rows(
-            *(
-                np.concatenate([chunk.to_numpy() for chunk in table[name].chunks])
-                for name in SPILL_SCHEMA.names
-            )
-        )
-        del table
     path.unlink()
-    return rows
+    return _Rows(
+        *(np.concatenate([chunk.to_numpy() for chunk in table[name].chunks]) for name in SPILL_SCHEMA.names)
+    )
 
 
 def _one_range(
