@@ -53,6 +53,11 @@ SPILL_BATCH_ROWS = 1 << 20
 SPILL_SCHEMA = pa.schema(
     [("place", pa.int32()), ("ts_ms", pa.int64()), ("metric", pa.uint8()), ("value", pa.float64())]
 )
+# The samples' columns of a few values per GPU, stored as dictionaries (_Files).
+DICTIONARY_COLUMNS = frozenset(
+    {"gpu_key", "device_key", "node_key", "model_key", "profile_key", "holder_key", "weight"}
+    | {"gpu_price_per_hour", "gpu_price_units", "price_units"}
+)
 NONE = -1  # a null key
 LEAST_NONE = np.iinfo(np.int32).max  # a null skipped by a min
 
@@ -326,9 +331,12 @@ class _Files:
         pq.write_table(
             pa.table(columns, schema=self.schema),
             self.folder / f"range-{at:06d}.parquet",
-            # Plain: read back by several models, and decoded faster than compressed files are.
+            # Not compressed: read back by several models, and decoded faster than compressed files are. The
+            # keys, prices and weights, a few values per GPU, as dictionaries and the times as deltas: a
+            # third of the bytes to write and read, at no cost in time.
             compression="none",
-            use_dictionary=False,
+            use_dictionary=[name for name in self.schema.names if name in DICTIONARY_COLUMNS],
+            column_encoding={"ts_ms": "DELTA_BINARY_PACKED"},
         )
 
     def view(self, con: duckdb.DuckDBPyConnection, name: str) -> None:
