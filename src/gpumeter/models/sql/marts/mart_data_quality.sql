@@ -68,9 +68,7 @@ conflicting_copies as (
     group by all
 ),
 mig_weights as (
-    select node_key, gpu_key, ts_ms, round(sum(weight), 9) as weight_sum
-    from int_mig_instance_samples
-    group by all
+    select node_key, gpu_key, ts_ms, weight_sum from int_mig_sample_layouts
 ),
 overbooked_mig as (
     select n.node, o.max_mig_weight_sum, o.overbooked_mig_samples

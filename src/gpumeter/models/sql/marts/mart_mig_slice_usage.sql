@@ -21,11 +21,9 @@ instance_samples as (
     left join claimed as h on h.device_key = d.device_key and h.ts_ms = d.ts_ms
 ),
 layouts as (
-    -- A layout is keyed by an order-free hash of its instances while samples are grouped; it is named once
-    -- per GPU and layout below.
-    select gpu_key, ts_ms, bit_xor(hash(device_key, profile_key)) as layout_key, sum(compute_slices) as slices
-    from instance_samples
-    group by gpu_key, ts_ms
+    -- A layout is keyed by an order-free hash of its instances (int_mig_sample_layouts); it is named once per
+    -- GPU and layout below.
+    select gpu_key, ts_ms, layout_key, slices from int_mig_sample_layouts
 ),
 instances as (
     select

@@ -14,9 +14,7 @@ device_parts as (
     group by all
 ),
 mig_instance_weights as (
-    select gpu_key, ts_ms, sum(sample_seconds(weight)) as gpu_seconds
-    from int_mig_instance_samples
-    group by all
+    select gpu_key, ts_ms, instance_gpu_seconds as gpu_seconds from int_mig_sample_layouts
 ),
 mig_remainders as (
     -- The part of a MIG GPU no instance covers is capacity too (R4): Δ minus its instances, in DECIMAL so
