@@ -13,13 +13,16 @@ from datetime import timedelta
 from pathlib import Path
 
 import duckdb
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 import gpumeter_sim as simulator
-from gpumeter.ingest.contract import day_bounds_ms
+from gpumeter.ingest.contract import RawFiles, day_bounds_ms
 from gpumeter.ingest.row_order import gpu_ordered
 from gpumeter.ingest.schema import DCGM_GPU_UTIL
 from gpumeter.models import sample_pass
@@ -104,6 +107,49 @@ def test_a_day_streamed_in_small_batches_meters_the_same(
     monkeypatch.setattr(sample_pass, "SPILL_BATCH_ROWS", 1000)
     monkeypatch.setattr(sample_pass, "ROWS_PER_RANGE", 20_000)
     assert differences(raw, config_for(spec), spec.cluster, day) == {}
+
+
+def test_a_day_whose_gpus_come_in_no_order_meters_the_same_unsorted(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A stored part with each GPU's rows together and in order, the GPUs last to first (as a range set apart
+    from several parts comes, a node group's GPUs in each): the pass reads them as they are, without sorting
+    them, and meters as the reference SQL does."""
+    spec = simulator.demo_spec()
+    day = spec.start + timedelta(days=1)
+    raw = raw_day(spec, day)
+    ordered = gpu_ordered(raw.dcgm)
+    files: dict[str, list[Path]] = {}
+    for name, table in raw.tables().items():
+        if name == "raw_dcgm_samples":
+            table = ordered.take(pc.sort_indices(ordered, sort_keys=[("uuid", "descending")]))
+        files[name] = [tmp_path / f"{name}.parquet"]
+        pq.write_table(table, files[name][0])
+    seen: list[tuple[bool, bool]] = []
+    order = sample_pass._order
+
+    def watched(gpu: np.ndarray, ts: np.ndarray, place: np.ndarray, metric: np.ndarray) -> np.ndarray | None:
+        found = order(gpu, ts, place, metric)
+        seen.append((bool(np.any(gpu[1:] < gpu[:-1])), found is None))
+        return found
+
+    monkeypatch.setattr(sample_pass, "_order", watched)
+    assert differences(RawFiles(files), config_for(spec), spec.cluster, day) == {}
+    assert (True, True) in seen  # a range with its GPUs out of order was read as it came, not sorted
+
+
+def test_the_order_of_a_range_is_checked_not_assumed() -> None:
+    """Runs of one GPU each, in order inside: read as they come; a GPU in two runs, or a run out of order inside,
+    is sorted (GPU, time, series, metric)."""
+    gpu = np.array([3, 3, 1, 1, 2])
+    ts = np.array([10, 20, 10, 20, 10])
+    place = np.array([5, 5, 0, 0, 2])
+    metric = np.array([0, 0, 1, 1, 0], dtype=np.uint8)
+    assert sample_pass._order(gpu, ts, place, metric) is None
+    split = np.array([3, 1, 3, 1, 2]), np.array([10, 10, 20, 20, 10]), np.array([5, 0, 5, 0, 2])
+    assert sample_pass._order(*split, metric).tolist() == [1, 3, 4, 0, 2]
+    late = np.array([20, 10, 10, 20, 10])
+    assert sample_pass._order(gpu, late, place, metric).tolist() == [2, 3, 4, 1, 0]
 
 
 def test_the_pass_keeps_its_files_in_the_session_folder_and_they_go_with_the_session(

@@ -533,6 +533,26 @@ def _read_spilled(path: Path) -> _Rows:
     )
 
 
+def _order(gpu: np.ndarray, ts: np.ndarray, place: np.ndarray, metric: np.ndarray) -> np.ndarray | None:
+    """The order that puts a range's rows in the raw zone's order (GPU, time, series, metric), or None where
+    each GPU's rows already lie together in that order, whatever the order of the GPUs: the pass reads each
+    GPU's rows as a run of neighbours, never two GPUs in turn. A range set apart from several stored parts
+    (each in GPU order, a node group's GPUs in one) is such runs, so it is checked, not sorted."""
+    starts = np.flatnonzero(gpu[1:] != gpu[:-1]) + 1
+    if np.unique(gpu[np.r_[0, starts]]).size == starts.size + 1:  # no GPU in two runs
+        run = np.zeros(gpu.size, np.int64)
+        run[starts] = 1
+        keys = [np.cumsum(run, out=run), ts - ts.min(), place - place.min(), metric.astype(np.int64)]
+        combined = combined_key(keys)
+        if combined is not None and not np.any(combined[1:] < combined[:-1]):
+            return None
+    keys = [gpu - gpu.min(), ts - ts.min(), place - place.min(), metric.astype(np.int64)]
+    combined = combined_key(keys)
+    if combined is None:
+        return np.lexsort(keys[::-1])
+    return np.argsort(combined, kind="stable")
+
+
 def _one_range(
     rows: _Rows,
     series: _Series,
@@ -547,18 +567,9 @@ def _one_range(
         return out
     place, ts, metric, value = rows.place, rows.ts, rows.metric, rows.value
     gpu = series.gpu[place]
-    # The raw zone's order (GPU, time, series, metric); rows read from several parts are merged into it.
-    keys = [gpu - gpu.min(), ts - ts.min(), place - place.min(), metric.astype(np.int64)]
-    combined = combined_key(keys)
-    if combined is None:
-        order = np.lexsort(keys[::-1])
-    elif np.any(combined[1:] < combined[:-1]):
-        order = np.argsort(combined, kind="stable")
-    else:
-        order = None
+    order = _order(gpu, ts, place, metric)
     if order is not None:
         place, ts, metric, value, gpu = place[order], ts[order], metric[order], value[order], gpu[order]
-    del combined, keys
 
     # The pivot (tests/reference_sql/stg_dcgm_samples.sql): one sample per series and time, its metrics'
     # values (a metric read twice: the largest, R1), whether the series is observed then (R4) and whether a
