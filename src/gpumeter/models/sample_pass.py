@@ -486,9 +486,9 @@ def _spill_ranges(
         else:
             order = np.argsort(where, kind="stable")
             columns = tuple(column[order] for column in columns)
-            ends = np.cumsum(np.bincount(where, minlength=count))
-            firsts = ends - np.bincount(where, minlength=count)
-            pieces = ((at, int(firsts[at]), int(ends[at])) for at in np.flatnonzero(ends - firsts).tolist())
+            sizes = np.bincount(where, minlength=count)
+            ends = np.cumsum(sizes)
+            pieces = ((at, int(ends[at] - sizes[at]), int(ends[at])) for at in np.flatnonzero(sizes).tolist())
         for at, first, end in pieces:
             if at not in writers:
                 writers[at] = pa.ipc.new_file(folder / f"range-{at:06d}.arrow", SPILL_SCHEMA, options=options)
