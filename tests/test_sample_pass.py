@@ -257,3 +257,41 @@ def test_a_day_of_edges_meters_the_same() -> None:
     merged = [r for r in out["int_dcgm_quarantine"].to_pylist() if r["reason"] == "uuid_on_several_nodes"]
     assert [(r["hostname"], r["ts_ms"]) for r in merged] == [("n3", f.ts(3))]  # billed at n1, first by name
     assert differences(f.build(), make_config(), "c1", HOSTILE_DAY) == {}
+
+
+@pytest.mark.parametrize("damage", ["none", "clamped", "ignored", "dropped"])
+def test_the_quarantine_looks_for_judged_rows_only_where_the_pass_saw_one(
+    monkeypatch: pytest.MonkeyPatch, damage: str
+) -> None:
+    """The pass tells the quarantine whether the day has a dropped row, and one whose value was ignored or
+    clamped; a day with one kind alone finds its row, a clean day none, and the reference (which looks at
+    every row) agrees."""
+    f = FactoryBuilder("c1", HOSTILE_DAY, scrape_s=60).gpu("n1", "GPU-A", H100)
+    f.samples("GPU-A", [0, 1, 3], util=30, pod=P1)
+    util_at_2 = {"none": 30.0, "clamped": 150.0, "ignored": -1.0, "dropped": 30.0}[damage]
+    f.sample("GPU-A", 2, util=util_at_2, pod=P1)
+    if damage == "dropped":
+        f.dcgm_row(f.ts(1), DCGM_GPU_UTIL, 30.0, hostname="n1", uuid=None, model_name=H100, gpu="0")
+    seen: list[tuple[bool, bool]] = []
+    run = sample_pass.run
+
+    def watched(con: duckdb.DuckDBPyConnection) -> None:
+        run(con)
+        ((dropped, changed),) = con.sql(
+            f"select getvariable('{sample_pass.DROPPED_ROWS_SEEN}'), "
+            f"getvariable('{sample_pass.CHANGED_VALUES_SEEN}')"
+        ).fetchall()
+        seen.append((dropped, changed))
+
+    monkeypatch.setattr(sample_pass, "run", watched)
+    out = meter_day(f.build(), make_config(), "c1", HOSTILE_DAY, keep_layers=("intermediate",))
+    found = sorted((r["reason"], r["action"], r["ts_ms"]) for r in out["int_dcgm_quarantine"].to_pylist())
+    expected = {
+        "none": [],
+        "clamped": [("over_range", "clamped", f.ts(2))],
+        "ignored": [("negative_value", "value_ignored", f.ts(2))],
+        "dropped": [("missing_uuid", "dropped", f.ts(1))],
+    }[damage]
+    assert found == expected
+    assert seen == [(damage == "dropped", damage in ("clamped", "ignored"))]
+    assert differences(f.build(), make_config(), "c1", HOSTILE_DAY) == {}

@@ -72,6 +72,12 @@ COPIED_SAMPLES = "sample_pass__copied_samples"
 UUIDS_ON_SEVERAL_NODES = "sample_pass__uuids_on_several_nodes"
 SHARED_SAMPLE_HOLDERS = "sample_pass__shared_sample_holders"
 VGPU_COPY_CONFLICTS = "sample_pass__vgpu_copy_conflicts"
+# Session variables the pass sets for int_dcgm_quarantine, which reads them by these names: whether the day has
+# a judged row that is dropped, and one whose value the judgement ignored or clamped. DuckDB folds a variable
+# into the query as it plans it, so a branch of the quarantine that can hold no row is not planned at all: an
+# empty table joined to the day's rows would still have them scanned.
+DROPPED_ROWS_SEEN = "sample_pass__dropped_rows_seen"
+CHANGED_VALUES_SEEN = "sample_pass__changed_values_seen"
 
 GPU_SAMPLE_SCHEMA = pa.schema(
     [
@@ -374,10 +380,12 @@ def run(con: duckdb.DuckDBPyConnection) -> None:
         MIG_INSTANCE_SAMPLES: _Files(Path(folder) / MIG_INSTANCE_SAMPLES, MIG_INSTANCE_SAMPLE_SCHEMA),
     }
     tables = {name: _Table(con, name, schema) for name, schema in SIDE_SCHEMAS.items()}
-    if series.uuid:
-        _read_ranges(con, series, Path(folder), files, tables)
+    changed = _read_ranges(con, series, Path(folder), files, tables) if series.uuid else 0
     for name, written in files.items():
         written.view(con, name)
+    ((dropped,),) = con.sql("select exists (select 1 from stg_dcgm_judged where dropped)").fetchall()
+    con.execute(f"set variable {DROPPED_ROWS_SEEN} = ?", [bool(dropped)])
+    con.execute(f"set variable {CHANGED_VALUES_SEEN} = ?", [changed > 0])
 
 
 def _read_ranges(
@@ -386,9 +394,9 @@ def _read_ranges(
     folder: Path,
     files: dict[str, _Files],
     tables: dict[str, _Table],
-) -> None:
+) -> int:
     """The day's judged DCGM rows, set apart by range of GPUs (in UUID order), a range at a time through the
-    pass."""
+    pass; how many of them had their value ignored or clamped."""
     gpus = len(series.uuid)
     day = _Day.of(con)
     classes = _Classes.of(con)
@@ -408,6 +416,7 @@ def _read_ranges(
         ranges = iter(enumerate(_spill_ranges(con, series, per_range, Path(spill))))
         # One range taken at a time; one insert at a time into the small tables.
         taking, storing = threading.Lock(), threading.Lock()
+        changed = [0]
 
         def work() -> None:
             """Take the next range of GPUs until none is left: read its rows back, compute its rows (NumPy lets
@@ -418,13 +427,14 @@ def _read_ranges(
                     at, path = next(ranges, (-1, None))
                 if path is None:
                     return
-                rows = _read_spilled(path)
+                rows, changed_here = _read_spilled(path)
                 found = _one_range(rows, series, classes, prices, unschedulable, day)
                 del rows
                 for name, written in files.items():
                     if name in found:
                         written.write(at, found[name])
                 with storing:
+                    changed[0] += changed_here
                     for name, table in tables.items():
                         if name in found:
                             table.append(found[name])
@@ -432,6 +442,7 @@ def _read_ranges(
         with ThreadPoolExecutor(max_workers=WORKERS, thread_name_prefix="sample-pass") as pool:
             for done in [pool.submit(work) for _ in range(WORKERS)]:
                 done.result()  # a worker's error is the run's
+    return changed[0]
 
 
 def _spill_ranges(
@@ -457,8 +468,12 @@ def _spill_ranges(
         ),
     )
     metric_code = " ".join(f"when '{m}' then {i}" for i, m in enumerate(READ_METRICS))
+    # The value a row is taken at, negated where the judgement clamped it (a value taken is never negative,
+    # and one ignored is null): the rows whose value was changed are counted for int_dcgm_quarantine at no
+    # cost to the scan, where a column of its own would cost one per row.
     query = (
-        f"select p.place, j.ts_ms, (case j.metric {metric_code} end)::utinyint as metric, j.clean_value, "
+        f"select p.place, j.ts_ms, (case j.metric {metric_code} end)::utinyint as metric, "
+        "case when j.value > j.clean_value then -j.clean_value else j.clean_value end as clean_value, "
         "p.range_at from stg_dcgm_judged as j left join sample_pass__places as p using (series_key) "
         "where not j.dropped and j.value_read"
     )
@@ -523,14 +538,17 @@ class _Rows:
     value: np.ndarray
 
 
-def _read_spilled(path: Path) -> _Rows:
-    """A range's rows, read back from its spill file (which is then removed)."""
+def _read_spilled(path: Path) -> tuple[_Rows, int]:
+    """A range's rows, read back from its spill file (which is then removed), and how many of them had their
+    value ignored (nan) or clamped (spilled negated: taken at its magnitude)."""
     with pa.OSFile(str(path)) as source:
         table = pa.ipc.open_file(source).read_all()
     path.unlink()
-    return _Rows(
-        *(np.concatenate([chunk.to_numpy() for chunk in table[name].chunks]) for name in SPILL_SCHEMA.names)
+    place, ts, metric, value = (
+        np.concatenate([chunk.to_numpy() for chunk in table[name].chunks]) for name in SPILL_SCHEMA.names
     )
+    changed = int(np.count_nonzero(~(value >= 0)))
+    return _Rows(place, ts, metric, np.abs(value) if changed else value), changed
 
 
 def _order(gpu: np.ndarray, ts: np.ndarray, place: np.ndarray, metric: np.ndarray) -> np.ndarray | None:
