@@ -37,7 +37,11 @@ held as (
     left join int_holders as a on a.holder_key = d.holder_key and not a.kai_reservation
     where s.device_key is not null or a.holder_key is not null
 ),
-charged as (
+charged_by_share as (
+    -- The samples of a row of the mart, summed a share at a time: a sample's seconds and its price, energy and
+    -- their money are the same for every sample of one share (Δ, weight and the share are), so they are
+    -- counted here and multiplied once below; what varies per sample (busy, frame buffer, energy in joules)
+    -- is still rounded per sample (R1).
     select
         h.device_key,
         h.node_key,
@@ -47,23 +51,16 @@ charged as (
         h.holder_key,
         h.holder_source,
         t.tenant_key,
+        h.share_numerator,
+        h.share_denominator,
         count(*) as sample_count,
-        sum(sample_seconds(h.share)) as device_seconds,
-        sum(sample_seconds(h.share, h.weight)) as gpu_seconds,
+        -- R9, R12: Σ price per sample, in 1e-8 of the currency.
+        sum(h.price_units) as price_units,
+        -- R10 tariff: used: price × the busy fraction read to 6 decimals, per sample.
+        sum(h.price_units::hugeint * round(coalesce(h.busy, 0) * 1000000)::bigint) as busy_price_units,
+        -- R10/R14 energy: mJ per sample.
+        sum(h.energy_mj) as energy_mj,
         sum(sample_seconds(h.share, h.weight, coalesce(h.busy, 0))) as busy_gpu_seconds,
-        -- R9, R12: Σ price × share per sample, in 1e-8 of the currency × 1/share_lcm; Δ and the device's
-        -- weight are the same for every sample of the row and multiply it below.
-        sum(h.price_units::hugeint * share_units(h.share_numerator, h.share_denominator, m.share_lcm))
-            as price_share_units,
-        -- R10 tariff: used: the same × the busy fraction read to 6 decimals.
-        sum(
-            h.price_units::hugeint * share_units(h.share_numerator, h.share_denominator, m.share_lcm)
-            * round(coalesce(h.busy, 0) * 1000000)::bigint
-        ) as busy_price_share_units,
-        -- R10/R14 energy: mJ × share per sample.
-        sum(h.energy_mj::hugeint * share_units(h.share_numerator, h.share_denominator, m.share_lcm))
-            as energy_share_units,
-        any_value(m.units_per_currency) as units_per_currency,
         -- R10 tariff: used: busy device-seconds and the busy part of the reserved charge (docs/tariffs.md).
         sum(sample_seconds(h.share, coalesce(h.busy, 0))) as busy_device_seconds,
         sum(cast(h.energy_joules * h.share as decimal(38, 12))) as energy_joules,
@@ -76,8 +73,41 @@ charged as (
         on t.holder_key = h.holder_key
         and (t.from_ms is null or h.ts_ms >= t.from_ms)
         and (t.until_ms is null or h.ts_ms < t.until_ms)
+    group by
+        h.device_key, h.node_key, h.model_key, h.profile_key, h.weight, h.holder_key, h.holder_source, t.tenant_key,
+        h.share_numerator, h.share_denominator
+),
+charged as (
+    select
+        r.device_key,
+        r.node_key,
+        r.model_key,
+        r.profile_key,
+        r.weight,
+        r.holder_key,
+        r.holder_source,
+        r.tenant_key,
+        sum(r.sample_count)::bigint as sample_count,
+        -- R1: a sample's seconds times the samples of its share: the sum of as many equal DECIMALs, exactly.
+        sum(r.sample_count * sample_seconds(r.share_numerator / r.share_denominator)) as device_seconds,
+        sum(r.sample_count * sample_seconds(r.share_numerator / r.share_denominator, r.weight)) as gpu_seconds,
+        sum(r.busy_gpu_seconds) as busy_gpu_seconds,
+        -- R9, R12: Σ price × share, in 1e-8 of the currency × 1/share_lcm; Δ and the device's weight are the
+        -- same for every sample of the row and multiply it below.
+        sum(r.price_units * share_units(r.share_numerator, r.share_denominator, m.share_lcm)) as price_share_units,
+        sum(r.busy_price_units * share_units(r.share_numerator, r.share_denominator, m.share_lcm))
+            as busy_price_share_units,
+        sum(r.energy_mj::hugeint * share_units(r.share_numerator, r.share_denominator, m.share_lcm))
+            as energy_share_units,
+        any_value(m.units_per_currency) as units_per_currency,
+        sum(r.busy_device_seconds) as busy_device_seconds,
+        sum(r.energy_joules) as energy_joules,
+        sum(r.fb_used_mib_seconds) as fb_used_mib_seconds,
+        max(r.peak_fb_used_mib) as peak_fb_used_mib,
+        max(r.peak_busy) as peak_busy
+    from charged_by_share as r
     cross join int_money_scale as m
-    group by h.device_key, h.node_key, h.model_key, h.profile_key, h.weight, h.holder_key, h.holder_source, t.tenant_key
+    group by r.device_key, r.node_key, r.model_key, r.profile_key, r.weight, r.holder_key, r.holder_source, r.tenant_key
 ),
 units as (
     -- In units of money: ms × 1,000 × 1e-8 × 56ths (the device's price weight: a MIG profile's own price is a
