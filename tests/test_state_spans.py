@@ -117,12 +117,17 @@ def test_unschedulable_spans_equal_the_latest_fresh_node_state_r11(data: st.Data
 def test_price_spans_equal_the_latest_fresh_opencost_price_r8(data: st.DataObject) -> None:
     samples: list[tuple[str, int, object]] = []
     for node in NODES:
+        # A millisecond late now and then: gaps of exactly the lookback, and of one millisecond more.
         for ts in data.draw(times):
-            samples.append((node, ts, data.draw(st.sampled_from([3.6, 7.2, 0.0]))))
+            samples.append(
+                (node, ts + data.draw(st.sampled_from([0, 1])), data.draw(st.sampled_from([3.6, 7.2, 0.0])))
+            )
     con = _session()
     con.execute("create table stg_opencost_prices (node varchar, ts_ms bigint, gpu_price_per_hour double)")
     con.executemany("insert into stg_opencost_prices values (?, ?, ?)", samples)
+    # Random times, and the last millisecond each sample's price can hold and the one after it.
     probes = [(node, ts) for node in NODES for ts in data.draw(probe_times)]
+    probes += [(node, ts + LOOKBACK_MS + late) for node, ts, _ in samples for late in (0, 1)]
     found = _lookup(con, "int_node_gpu_price_spans", "gpu_price_per_hour", probes)
     for node, ts in probes:
         assert found[(node, ts)] == _latest(samples, node, ts), (node, ts)
