@@ -23,6 +23,12 @@ REFERENCE = Path(__file__).parent / "reference_sql"
 # The pass's tables that the reference SQL has no counterpart of: it reads the series samples instead.
 PASS_ONLY = tuple(SAMPLE_PASS_MODELS)[2:]
 LAYERS_COMPARED = ("intermediate", "marts")
+# The reference's GPU samples before their MIG layouts, which it takes from its instance samples (which read
+# these): the product's int_gpu_samples without that column.
+GPU_SAMPLES_BEFORE_LAYOUTS = "reference_gpu_samples"
+# A MIG layout's key is a hash of its instances: the pass's and the reference's are two hashes of the same sets,
+# so tables are compared without it (the marts, which sum by layout, hold the sets equal).
+LAYOUT_KEY = "mig_layout_key"
 # Models the pass changed only where they read the series' samples: their product SQL with those places put
 # back as they were (each product fragment must be found once, so that a change to it stops the test).
 PUT_BACK: dict[str, list[tuple[str, str]]] = {
@@ -86,7 +92,7 @@ def _put_back(name: str, sql: str) -> str:
 def reference_models() -> tuple[Model, ...]:
     """The product's models with the pass's models replaced by the reference SQL (stg_dcgm_samples back)."""
     product = {m.name: m for m in load_models()}
-    names = set(product) | set(RAW_TABLES) | {"stg_dcgm_samples"}
+    names = set(product) | set(RAW_TABLES) | {"stg_dcgm_samples", GPU_SAMPLES_BEFORE_LAYOUTS}
     models = {name: m for name, m in product.items() if name not in PASS_ONLY}
     declared = yaml.safe_load((REFERENCE / "schema.yml").read_text(encoding="utf-8"))["models"]
     sources = {path.stem: path.read_text(encoding="utf-8") for path in sorted(REFERENCE.glob("*.sql"))}
@@ -95,6 +101,12 @@ def reference_models() -> tuple[Model, ...]:
         deps = tuple(sorted(_referenced(sql, names) - {stem}))
         if stem in product:
             models[stem] = replace(product[stem], sql=sql, deps=deps)
+        elif stem == GPU_SAMPLES_BEFORE_LAYOUTS:
+            gpu_samples = product["int_gpu_samples"]
+            columns = tuple(c for c in gpu_samples.columns if c.name != LAYOUT_KEY)
+            models[stem] = replace(
+                gpu_samples, name=stem, layer="staging", sql=sql, deps=deps, columns=columns, assertions=()
+            )
         else:
             (entry,) = [d for d in declared if d["name"] == stem]
             models[stem] = Model(
@@ -127,6 +139,8 @@ def compare(ours: dict[str, pa.Table], theirs: dict[str, pa.Table]) -> dict[str,
             found[name] = "in one run only"
             continue
         a, b = ours[name], theirs[name]
+        if LAYOUT_KEY in a.column_names and LAYOUT_KEY in b.column_names:
+            a, b = a.drop_columns([LAYOUT_KEY]), b.drop_columns([LAYOUT_KEY])
         if a.schema != b.schema:
             found[name] = f"columns differ: {a.schema} against {b.schema}"
             continue

@@ -45,8 +45,10 @@ select
     g.unschedulable,
     i.first_holder is not null as labelled,
     -- The only pod its series name at the sample; null where none or several do (int_keyed_device_holders).
-    case when i.first_holder = i.last_holder then i.first_holder end as holder_key
+    case when i.first_holder = i.last_holder then i.first_holder end as holder_key,
+    -- R3: the GPU sample's layout, an order-free key of its instances (device, profile, modelName).
+    bit_xor(hash(i.device_key, i.profile_key, i.model_key)) over (partition by i.gpu_key, i.ts_ms) as mig_layout_key
 from instance_samples as i
 -- An instance series at a sample makes it a MIG sample of the GPU (int_gpu_samples.is_mig, R3).
-join int_gpu_samples as g on g.gpu_key = i.gpu_key and g.ts_ms = i.ts_ms and g.is_mig
+join reference_gpu_samples as g on g.gpu_key = i.gpu_key and g.ts_ms = i.ts_ms and g.is_mig
 join int_keyed_device_classes as c on c.model_key = i.model_key and c.profile_key = i.profile_key

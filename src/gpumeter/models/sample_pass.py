@@ -101,6 +101,7 @@ GPU_SAMPLE_SCHEMA = pa.schema(
         ("labelled", pa.bool_()),
         ("holder_key", pa.int32()),
         ("repeats_scrape", pa.bool_()),
+        ("mig_layout_key", pa.uint64()),
     ]
 )
 MIG_INSTANCE_SAMPLE_SCHEMA = pa.schema(
@@ -121,6 +122,7 @@ MIG_INSTANCE_SAMPLE_SCHEMA = pa.schema(
         ("unschedulable", pa.bool_()),
         ("labelled", pa.bool_()),
         ("holder_key", pa.int32()),
+        ("mig_layout_key", pa.uint64()),
     ]
 )
 SIDE_SCHEMAS = {
@@ -307,6 +309,20 @@ def _starts(*keys: np.ndarray) -> np.ndarray:
     for key in keys:
         new[1:] |= key[1:] != key[:-1]
     return np.flatnonzero(new)
+
+
+def _mixed(*keys: np.ndarray) -> np.ndarray:
+    """One 64-bit hash per row of non-negative integer keys (the keys folded in turn, then splitmix64's
+    finalizer), so that an xor of hashes keys a set of rows in any order."""
+    mixed = np.zeros(keys[0].size, np.uint64)
+    for key in keys:
+        mixed = mixed * np.uint64(0x9E3779B97F4A7C15) + key.astype(np.uint64)
+    mixed ^= mixed >> np.uint64(30)
+    mixed *= np.uint64(0xBF58476D1CE4E5B9)
+    mixed ^= mixed >> np.uint64(27)
+    mixed *= np.uint64(0x94D049BB133111EB)
+    mixed ^= mixed >> np.uint64(31)
+    return mixed
 
 
 def _least(values: np.ndarray, starts: np.ndarray) -> np.ndarray:
@@ -778,6 +794,7 @@ def _one_range(
     rows = rows[mig_sample[s_gpu_sample[rows]]]
     i_device = series.device[s_place[rows]]
     device_keys = int(series.device.max()) + 1  # a (GPU sample, device) pair as one integer key
+    layout_of_sample, has_layout = np.zeros(n, np.uint64), np.zeros(n, dtype=bool)
     i_key = s_gpu_sample[rows] * device_keys + i_device
     if rows.size and np.any(i_key[1:] < i_key[:-1]):
         order = np.argsort(i_key, kind="stable")
@@ -800,6 +817,19 @@ def _one_range(
         g_fb_mig = np.where(shows_instances_ever[g], g_fb[g], np.nan)
         i_fb_used = np.where(np.isnan(i_fb[keep]), g_fb_mig * w, i_fb[keep])
         i_holder = np.where(i_first[keep] == i_last[keep], i_first[keep], NONE)
+        # R3: a MIG sample's layout, keyed by its instances (device, profile and model: a layout is one set of
+        # classes), in any order. The same key is the same instances, so the marts sum a layout's samples
+        # by its key and weigh it once (int_mig_layout_instances), never joining instances to their samples.
+        at_sample = _starts(g)
+        layouts = (
+            np.bitwise_xor.reduceat(
+                _mixed(i_device[i_start][keep], i_profile[keep], i_model[keep]), at_sample
+            )
+            if g.size
+            else np.zeros(0, np.uint64)
+        )
+        layout_of_sample[g[at_sample]] = layouts
+        has_layout[g[at_sample]] = True
         out[MIG_INSTANCE_SAMPLES] = {
             "device_key": i_device[i_start][keep],
             "ts_ms": s_ts[i_rows][keep],
@@ -817,6 +847,7 @@ def _one_range(
             "unschedulable": held_unschedulable[g],
             "labelled": i_first[keep] != NONE,
             "holder_key": _nullable(i_holder, i_holder != NONE, pa.int32()),
+            "mig_layout_key": np.repeat(layouts, np.diff(np.r_[at_sample, g.size])),
         }
         # R5, R6: the pods the series of an instance's sample name, where they name more than one.
         shared_instance = np.zeros(i_start.size, dtype=bool)
@@ -832,6 +863,8 @@ def _one_range(
             {"ts_ms": ts_pairs, "device_key": device_pairs, "holder_key": holder_of_pairs}
         ).unique()
         out[SHARED_SAMPLE_HOLDERS] = {name: unique[name].to_numpy() for name in unique.columns}
+
+    out[GPU_SAMPLES]["mig_layout_key"] = _nullable(layout_of_sample[at], has_layout[at], pa.uint64())
 
     # R1, R6: a device sample of the day whose vgpu copies disagree (reported, never resolved silently).
     rows = np.flatnonzero(s_in_day & series.vgpu_copy[s_place])

@@ -68,13 +68,26 @@ conflicting_copies as (
     group by all
 ),
 mig_weights as (
-    select node_key, gpu_key, ts_ms, weight_sum from int_mig_sample_layouts
+    -- A layout's instances' weights summed, rounded to 9 places (over 1: an over-booked GPU), and the GPU's
+    -- samples in that layout.
+    select g.node_key, w.weight_sum, g.samples
+    from (
+        select node_key, gpu_key, mig_layout_key, count(*) as samples
+        from int_gpu_samples
+        where mig_layout_key is not null
+        group by all
+    ) as g
+    join (
+        select gpu_key, mig_layout_key, round(sum(weight), 9) as weight_sum
+        from (select distinct gpu_key, mig_layout_key, device_key, weight from int_mig_layout_instances)
+        group by all
+    ) as w using (gpu_key, mig_layout_key)
 ),
 overbooked_mig as (
     select n.node, o.max_mig_weight_sum, o.overbooked_mig_samples
     from (
         select node_key, max(weight_sum) as max_mig_weight_sum,
-               count(*) filter (where weight_sum > 1 + 1e-9) as overbooked_mig_samples
+               coalesce(sum(samples) filter (where weight_sum > 1 + 1e-9), 0)::bigint as overbooked_mig_samples
         from mig_weights
         group by node_key
     ) as o

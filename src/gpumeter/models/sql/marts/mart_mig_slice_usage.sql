@@ -1,46 +1,26 @@
 -- One row per MIG GPU × layout × MIG instance of the day, and one `unpartitioned` row per MIG GPU and layout:
 -- compute slice-seconds (slices of 7) held, busy and free per instance, and those no instance covers (R3).
 -- Samples are summed under integer keys; names are joined to the sums.
-with claimed as (
-    -- Device samples held through a DRA claim (the others' holders are their pod labels).
-    select distinct device_key, ts_ms from int_keyed_device_holders where holder_source = 'dra'
-),
-instance_samples as (
+with instances as (
     select
-        d.gpu_key,
-        d.node_key,
-        d.device_key,
-        d.profile_key,
-        d.ts_ms,
-        d.busy,
-        c.compute_slices,
-        c.gpu_model,
-        d.labelled or h.device_key is not null as is_held
-    from int_mig_instance_samples as d
-    join int_keyed_device_classes as c on c.model_key = d.model_key and c.profile_key = d.profile_key
-    left join claimed as h on h.device_key = d.device_key and h.ts_ms = d.ts_ms
+        node_key,
+        gpu_key,
+        mig_layout_key as layout_key,
+        device_key,
+        gpu_model,
+        profile_key,
+        compute_slices,
+        observed_seconds,
+        held_slice_seconds,
+        busy_slice_seconds,
+        free_slice_seconds
+    from int_mig_layout_instances
 ),
-layouts as (
-    -- A layout is keyed by an order-free hash of its instances (int_mig_sample_layouts); it is named once per
-    -- GPU and layout below.
-    select gpu_key, ts_ms, layout_key, slices from int_mig_sample_layouts
-),
-instances as (
-    select
-        i.node_key,
-        i.gpu_key,
-        l.layout_key,
-        i.device_key,
-        min(i.gpu_model) as gpu_model,
-        i.profile_key,
-        min(i.compute_slices) as compute_slices,
-        count(*) * getvariable('scrape_s') as observed_seconds,
-        sum(sample_seconds(i.compute_slices)) filter (where i.is_held) as held_slice_seconds,
-        sum(sample_seconds(i.compute_slices, coalesce(i.busy, 0))) as busy_slice_seconds,
-        sum(sample_seconds(i.compute_slices)) filter (where not i.is_held) as free_slice_seconds
-    from instance_samples as i
-    join layouts as l on l.gpu_key = i.gpu_key and l.ts_ms = i.ts_ms
-    group by i.node_key, i.gpu_key, l.layout_key, i.device_key, i.profile_key
+layout_slices as (
+    -- The compute slices a layout's instances take: one class per instance of a layout.
+    select gpu_key, layout_key, sum(compute_slices) as slices
+    from (select distinct gpu_key, layout_key, device_key, compute_slices from instances)
+    group by all
 ),
 profiles as (
     select distinct profile_key, mig_profile from stg_dcgm_series where profile_key is not null
@@ -55,22 +35,27 @@ unpartitioned as (
     select
         g.node_key,
         g.gpu_key,
-        s.layout_key,
+        g.layout_key,
         null::integer as device_key,
         min(c.gpu_model) as gpu_model,
         null::integer as profile_key,
         null::integer as compute_slices,
-        count(*) * getvariable('scrape_s') as observed_seconds,
+        sum(g.samples) * getvariable('scrape_s') as observed_seconds,
         cast(0 as decimal(38, 12)) as held_slice_seconds,
         cast(0 as decimal(38, 12)) as busy_slice_seconds,
         cast(0 as decimal(38, 12)) as free_slice_seconds,
-        cast(sum(greatest(7 - coalesce(s.slices, 0), 0) * getvariable('scrape_s')) as decimal(38, 12))
-            as unpartitioned_slice_seconds
-    from int_gpu_samples as g
+        -- R1: a sample's slice-seconds as DECIMAL, times the samples of the layout: exact.
+        sum(g.samples * sample_seconds(greatest(7 - coalesce(s.slices, 0), 0))) as unpartitioned_slice_seconds
+    from (
+        -- A GPU's MIG samples by layout (null: no instance at the sample).
+        select node_key, gpu_key, model_key, mig_layout_key as layout_key, count(*) as samples
+        from int_gpu_samples
+        where is_mig
+        group by all
+    ) as g
     join int_keyed_device_classes as c on c.model_key = g.model_key and c.profile_key is null
-    left join layouts as s on s.gpu_key = g.gpu_key and s.ts_ms = g.ts_ms
-    where g.is_mig
-    group by g.node_key, g.gpu_key, s.layout_key
+    left join layout_slices as s on s.gpu_key = g.gpu_key and s.layout_key = g.layout_key
+    group by g.node_key, g.gpu_key, g.layout_key
 ),
 parts as (
     select

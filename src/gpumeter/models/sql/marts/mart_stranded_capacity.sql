@@ -13,19 +13,26 @@ device_parts as (
     left join claimed as c on c.device_key = d.device_key and c.ts_ms = d.ts_ms
     group by all
 ),
-mig_instance_weights as (
-    select gpu_key, ts_ms, instance_gpu_seconds as gpu_seconds from int_mig_sample_layouts
+mig_layout_seconds as (
+    -- A layout's instances' GPU-seconds at one of its samples: Δ × each instance's weight, as DECIMAL (R3).
+    select gpu_key, mig_layout_key, sum(sample_seconds(weight)) as gpu_seconds
+    from (select distinct gpu_key, mig_layout_key, device_key, weight from int_mig_layout_instances)
+    group by all
 ),
 mig_remainders as (
     -- The part of a MIG GPU no instance covers is capacity too (R4): Δ minus its instances, in DECIMAL so
-    -- that the parts add up to Δ exactly.
+    -- that the parts add up to Δ exactly, times the GPU's samples in that layout (null: no instance).
     select
         g.node_key,
         case when g.unhealthy then 'unhealthy' else 'mig_unpartitioned' end as category,
-        sum(sample_seconds(1) - coalesce(w.gpu_seconds, 0)) as gpu_seconds
-    from int_gpu_samples as g
-    left join mig_instance_weights as w on w.gpu_key = g.gpu_key and w.ts_ms = g.ts_ms
-    where g.is_mig
+        sum(g.samples * (sample_seconds(1) - coalesce(w.gpu_seconds, 0))) as gpu_seconds
+    from (
+        select node_key, gpu_key, mig_layout_key, unhealthy, count(*) as samples
+        from int_gpu_samples
+        where is_mig
+        group by all
+    ) as g
+    left join mig_layout_seconds as w on w.gpu_key = g.gpu_key and w.mig_layout_key = g.mig_layout_key
     group by all
 ),
 parts as (
