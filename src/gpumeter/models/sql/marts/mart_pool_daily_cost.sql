@@ -8,12 +8,14 @@ with sums as (
         g.model_key,
         count(*) as gpu_samples,
         sample_seconds(count(*)) as observed_gpu_seconds,
-        -- A whole GPU per sample: weight 1 (all 56ths) and every share of it (share_lcm).
-        sum(time_money_units(g.gpu_price_units, getvariable('weight_scale'), m.share_lcm)) as capacity_units,
+        -- A whole GPU per sample: weight 1 (all 56ths) and every share of it (share_lcm). Integer units: the
+        -- prices summed, then multiplied once, are the sum of each sample's units exactly.
+        time_money_units(sum(g.gpu_price_units), getvariable('weight_scale'), any_value(m.share_lcm))
+            as capacity_units,
         sum(cast(g.energy_joules as decimal(38, 12))) as energy_joules,
         -- Every observed GPU's energy at energy_price_per_kwh (0 without one) is pool cost too, so what no
         -- holder pays of it lands on __idle__ and R13 stays exact (docs/tariffs.md).
-        sum(energy_money_units(g.energy_mj, getvariable('weight_scale'), m.share_lcm)) as energy_units,
+        energy_money_units(sum(g.energy_mj), getvariable('weight_scale'), any_value(m.share_lcm)) as energy_units,
         any_value(m.units_per_currency) as units_per_currency
     from int_gpu_samples as g
     cross join int_money_scale as m
