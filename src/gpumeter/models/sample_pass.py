@@ -59,7 +59,16 @@ SPILL_SCHEMA = pa.schema(
 )
 # The samples' columns of a few values per GPU, stored as dictionaries (_Files).
 DICTIONARY_COLUMNS = frozenset(
-    {"gpu_key", "device_key", "node_key", "model_key", "profile_key", "holder_key", "weight"}
+    {
+        "gpu_key",
+        "device_key",
+        "node_key",
+        "model_key",
+        "profile_key",
+        "holder_key",
+        "weight",
+        "mig_layout_key",
+    }
     | {"gpu_price_per_hour", "gpu_price_units", "price_units"}
 )
 NONE = -1  # a null key
