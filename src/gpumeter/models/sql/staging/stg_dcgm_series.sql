@@ -15,8 +15,8 @@ select
     namespace,
     pod,
     container,
-    seen_in_day,
-    vgpu_copy,
+    flags & 1 <> 0 as seen_in_day,
+    flags & 2 <> 0 as vgpu_copy,
     -- Whether every row under the key carries the labels above; not where they carry two sets (two series under
     -- one key): assert_series_keys_are_distinct stops the day then.
     first_labels = last_labels as labels_agree,
@@ -34,21 +34,21 @@ select
 from (
     -- Grouped by the one integer key, not by the nine labels: each row's labels are hashed once instead of
     -- compared as strings in the group-by, and a key whose rows differ in any label shows two hashes. A label
-    -- is the same on every row of a key that agrees, so any row's (any_value: the first not null) is it.
+    -- is the same on every row of a key that agrees, so the first row's is it (`first`: no test for null).
     select
         series_key,
-        any_value(cluster) as cluster,
-        any_value(hostname) as node,
-        any_value(uuid) as uuid,
-        any_value(gpu_i_id) as gpu_i_id,
-        any_value(model_name) as model_name,
-        any_value(gpu_i_profile) as mig_profile,
-        any_value(namespace) as namespace,
-        any_value(pod) as pod,
-        any_value(container) as container,
-        bool_or(within_day(ts_ms)) as seen_in_day,
-        -- A vgpu copy (--kubernetes-virtual-gpus): one of several series carrying one shared device's value.
-        bool_or(vgpu is not null) as vgpu_copy,
+        first(cluster) as cluster,
+        first(hostname) as node,
+        first(uuid) as uuid,
+        first(gpu_i_id) as gpu_i_id,
+        first(model_name) as model_name,
+        first(gpu_i_profile) as mig_profile,
+        first(namespace) as namespace,
+        first(pod) as pod,
+        first(container) as container,
+        -- Two yes/no questions in one aggregate state: 1, a row of the day itself (not of its lookback); 2, a
+        -- vgpu copy (--kubernetes-virtual-gpus): one of several series carrying one shared device's value.
+        bit_or(within_day(ts_ms)::utinyint | ((vgpu is not null)::utinyint << 1)) as flags,
         min(labels) as first_labels,
         max(labels) as last_labels
     from (
