@@ -7,11 +7,7 @@ with claimed as (
     select distinct device_key, ts_ms from int_keyed_device_holders where holder_source = 'dra'
 )
 select
-    d.node_key,
-    d.gpu_key,
-    d.mig_layout_key,
-    d.device_key,
-    d.profile_key,
+    d.node_key, d.gpu_key, d.mig_layout_key, d.device_key, d.profile_key,
     -- Every instance sample has a class: the sample pass keeps only those; a layout is one class per instance.
     min(c.gpu_model) as gpu_model,
     min(c.compute_slices) as compute_slices,

@@ -91,7 +91,12 @@ charged as (
         -- R1: a sample's seconds times the samples of its share: the sum of as many equal DECIMALs, exactly.
         sum(r.sample_count * sample_seconds(r.share_numerator / r.share_denominator)) as device_seconds,
         sum(r.sample_count * sample_seconds(r.share_numerator / r.share_denominator, r.weight)) as gpu_seconds,
+        -- What varies per sample, rounded per sample above: summed as it is.
         sum(r.busy_gpu_seconds) as busy_gpu_seconds,
+        sum(r.busy_device_seconds) as busy_device_seconds,
+        sum(r.energy_joules) as energy_joules,
+        sum(r.fb_used_mib_seconds) as fb_used_mib_seconds,
+        max(r.peak_fb_used_mib) as peak_fb_used_mib,
         -- R9, R12: Σ price × share, in 1e-8 of the currency × 1/share_lcm; Δ and the device's weight are the
         -- same for every sample of the row and multiply it below.
         sum(r.price_units * share_units(r.share_numerator, r.share_denominator, m.share_lcm)) as price_share_units,
@@ -100,10 +105,6 @@ charged as (
         sum(r.energy_mj::hugeint * share_units(r.share_numerator, r.share_denominator, m.share_lcm))
             as energy_share_units,
         any_value(m.units_per_currency) as units_per_currency,
-        sum(r.busy_device_seconds) as busy_device_seconds,
-        sum(r.energy_joules) as energy_joules,
-        sum(r.fb_used_mib_seconds) as fb_used_mib_seconds,
-        max(r.peak_fb_used_mib) as peak_fb_used_mib,
         max(r.peak_busy) as peak_busy
     from charged_by_share as r
     cross join int_money_scale as m
