@@ -410,7 +410,8 @@ def _nullable(values: np.ndarray, valid: np.ndarray, kind: pa.DataType) -> pa.Ar
 
 def run(con: duckdb.DuckDBPyConnection) -> None:
     """Write the pass's tables into the session: GPU_SAMPLES and MIG_INSTANCE_SAMPLES as views of Parquet files
-    in the session's folder, SIDE_SCHEMAS' tables as tables."""
+    in the session's folder, SIDE_SCHEMAS' tables as tables; and set DROPPED_ROWS_SEEN and CHANGED_VALUES_SEEN,
+    which tell int_dcgm_quarantine where to look."""
     ((folder,),) = con.sql(f"select getvariable('{SESSION_FOLDER}')").fetchall()
     if folder is None:
         raise AccountingError(
