@@ -23,7 +23,7 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from gpumeter.ingest.row_order import combined_key
+from gpumeter.ingest.row_order import combined_key, lexicographic_order
 from gpumeter.ingest.schema import (
     DCGM_ENERGY,
     DCGM_FB_USED,
@@ -608,11 +608,7 @@ def _order(gpu: np.ndarray, ts: np.ndarray, place: np.ndarray, metric: np.ndarra
         within = combined_key([ts - ts.min(), place - place.min(), metric.astype(np.int64)])
         if within is not None and np.all(boundary | (within[1:] >= within[:-1])):
             return None
-    keys = [gpu - gpu.min(), ts - ts.min(), place - place.min(), metric.astype(np.int64)]
-    combined = combined_key(keys)
-    if combined is None:
-        return np.lexsort(keys[::-1])
-    return np.argsort(combined, kind="stable")
+    return lexicographic_order([gpu - gpu.min(), ts - ts.min(), place - place.min(), metric.astype(np.int64)])
 
 
 def _one_range(
@@ -830,18 +826,17 @@ def _one_range(
         # R3: a MIG sample's layout, keyed by its instances (device, profile and model: a layout is one set of
         # classes), in any order. The same key is the same instances, so the marts sum a layout's samples
         # by its key and weigh it once (int_mig_layout_instances), never joining instances to their samples.
+        kept_device = i_device[i_start][keep]
         at_sample = _starts(g)
         layouts = (
-            np.bitwise_xor.reduceat(
-                _mixed(i_device[i_start][keep], i_profile[keep], i_model[keep]), at_sample
-            )
+            np.bitwise_xor.reduceat(_mixed(kept_device, i_profile[keep], i_model[keep]), at_sample)
             if g.size
             else np.zeros(0, np.uint64)
         )
         layout_of_sample[g[at_sample]] = layouts
         has_layout[g[at_sample]] = True
         out[MIG_INSTANCE_SAMPLES] = {
-            "device_key": i_device[i_start][keep],
+            "device_key": kept_device,
             "ts_ms": s_ts[i_rows][keep],
             "gpu_key": g_gpu[g],
             "node_key": _nullable(g_node[g], g_node[g] != NONE, pa.int32()),
