@@ -77,11 +77,7 @@ mig_weights as (
         where mig_layout_key is not null
         group by all
     ) as g
-    join (
-        select gpu_key, mig_layout_key, round(sum(weight), 9) as weight_sum
-        from (select distinct gpu_key, mig_layout_key, device_key, weight from int_mig_layout_instances)
-        group by all
-    ) as w using (gpu_key, mig_layout_key)
+    join int_mig_layouts as w using (gpu_key, mig_layout_key)
 ),
 overbooked_mig as (
     select n.node, o.max_mig_weight_sum, o.overbooked_mig_samples

@@ -17,10 +17,7 @@ with instances as (
     from int_mig_layout_instances
 ),
 layout_slices as (
-    -- The compute slices a layout's instances take: one class per instance of a layout.
-    select gpu_key, layout_key, sum(compute_slices) as slices
-    from (select distinct gpu_key, layout_key, device_key, compute_slices from instances)
-    group by all
+    select gpu_key, mig_layout_key as layout_key, slices from int_mig_layouts
 ),
 profiles as (
     select distinct profile_key, mig_profile from stg_dcgm_series where profile_key is not null

@@ -14,10 +14,8 @@ device_parts as (
     group by all
 ),
 mig_layout_seconds as (
-    -- A layout's instances' GPU-seconds at one of its samples: Δ × each instance's weight, as DECIMAL (R3).
-    select gpu_key, mig_layout_key, sum(sample_seconds(weight)) as gpu_seconds
-    from (select distinct gpu_key, mig_layout_key, device_key, weight from int_mig_layout_instances)
-    group by all
+    -- A layout's instances' GPU-seconds at one of its samples (R3).
+    select gpu_key, mig_layout_key, instance_gpu_seconds as gpu_seconds from int_mig_layouts
 ),
 mig_remainders as (
     -- The part of a MIG GPU no instance covers is capacity too (R4): Δ minus its instances, in DECIMAL so
