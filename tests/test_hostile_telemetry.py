@@ -232,7 +232,7 @@ IGNORING = {"non_finite_value", "negative_value", "implausible_value"}
 @given(
     rows=st.lists(
         st.tuples(
-            st.sampled_from(JUDGED_METRICS),
+            st.one_of(st.sampled_from(JUDGED_METRICS), st.none()),  # none: a row with no metric name
             st.one_of(
                 st.none(),
                 st.floats(allow_nan=True, allow_infinity=True),
@@ -244,11 +244,14 @@ IGNORING = {"non_finite_value", "negative_value", "implausible_value"}
         max_size=30,
     )
 )
-def test_the_value_taken_agrees_with_the_reason_given(rows: list[tuple[str, float | None, bool]]) -> None:
+def test_the_value_taken_agrees_with_the_reason_given(
+    rows: list[tuple[str | None, float | None, bool]],
+) -> None:
     """stg_dcgm_judged writes a row's reason (what int_dcgm_quarantine reports), whether it has one (what the
     quarantine filters by) and the value it is taken at (what stg_dcgm_samples reads) as separate expressions,
     so that none is evaluated again for another on every raw row. They must agree on every row: kept as it
-    came, clamped (R10), ignored, or dropped."""
+    came, clamped (R10), ignored, or dropped. A row of no metric the accounting reads (TEMP, or no metric
+    name at all) is never judged by its value, and its value is never read."""
     f = factory()
     for index, (metric, value, has_uuid) in enumerate(rows):
         f.dcgm_row(
@@ -262,12 +265,13 @@ def test_the_value_taken_agrees_with_the_reason_given(rows: list[tuple[str, floa
         assert judged.ephemeral
         con.execute(f"create temp view stg_dcgm_judged as {judged.sql}")
         judgements = con.sql(
-            "select metric, value, dropped, quarantined, reason, clean_value from stg_dcgm_judged"
+            "select metric, value, value_read, dropped, quarantined, reason, clean_value from stg_dcgm_judged"
         ).fetchall()
     finally:
         con.close()
     assert len(judgements) == len(rows)
-    for metric, value, dropped, quarantined, reason, clean_value in judgements:
+    for metric, value, value_read, dropped, quarantined, reason, clean_value in judgements:
+        assert value_read is (metric is not None and metric != DCGM_TEMP)
         assert dropped == (reason in DROPPING)
         # The quarantine's filter: every row with a reason, no other.
         assert quarantined == (reason is not None)
@@ -279,7 +283,7 @@ def test_the_value_taken_agrees_with_the_reason_given(rows: list[tuple[str, floa
             assert clean_value == (100.0 if metric == DCGM_GPU_UTIL else 1.0)
         else:
             assert reason in IGNORING and clean_value is None
-        if metric == DCGM_TEMP:
+        if not value_read:
             assert reason is None
 
 
