@@ -427,7 +427,11 @@ def run(con: duckdb.DuckDBPyConnection) -> None:
     changed = _read_ranges(con, series, Path(folder), files, tables) if series.uuid else 0
     for name, written in files.items():
         written.view(con, name)
-    ((dropped,),) = con.sql("select exists (select 1 from stg_dcgm_judged where dropped)").fetchall()
+    # Every raw row is dropped or counted under its series: the files' row count (from their footers) against
+    # the series' sum, where a scan of the rows for one dropped would read the labels of every one.
+    ((dropped,),) = con.sql(
+        "select (select count(*) from raw_dcgm_samples) > (select coalesce(sum(raw_rows), 0) from stg_dcgm_series)"
+    ).fetchall()
     con.execute(f"set variable {DROPPED_ROWS_SEEN} = ?", [bool(dropped)])
     con.execute(f"set variable {CHANGED_VALUES_SEEN} = ?", [changed > 0])
 

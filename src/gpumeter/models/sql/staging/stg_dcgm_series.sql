@@ -20,6 +20,7 @@ select
     -- Whether every row under the key carries the labels above; not where they carry two sets (two series under
     -- one key): assert_series_keys_are_distinct stops the day then.
     first_labels = last_labels as labels_agree,
+    raw_rows,
     dense_rank() over (order by uuid)::integer as gpu_key,
     dense_rank() over (order by uuid, gpu_i_id)::integer as device_key,
     case when node is not null then dense_rank() over (order by node) end::integer as node_key,
@@ -50,7 +51,8 @@ from (
         -- vgpu copy (--kubernetes-virtual-gpus): one of several series carrying one shared device's value.
         bit_or(within_day(ts_ms)::utinyint | ((vgpu is not null)::utinyint << 1)) as flags,
         min(labels) as first_labels,
-        max(labels) as last_labels
+        max(labels) as last_labels,
+        count(*) as raw_rows
     from (
         select
             series_key, cluster, hostname, uuid, gpu_i_id, model_name, gpu_i_profile, namespace, pod, container,
