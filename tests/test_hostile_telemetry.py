@@ -221,9 +221,11 @@ JUDGED_METRICS = [
     DCGM_FB_USED,
     DCGM_ENERGY,
     DCGM_XID,
-    DCGM_POWER,
-    DCGM_TEMP,  # not read: never judged by its value
+    DCGM_POWER,  # not read: never judged by its value
+    DCGM_TEMP,  # not read either
 ]
+# The metrics whose values the accounting reads (docs/reliability.md), written again from the doc.
+READ = {DCGM_GPU_UTIL, DCGM_GR_ENGINE_ACTIVE, DCGM_FB_USED, DCGM_ENERGY, DCGM_XID}
 DROPPING = {"other_cluster", "timestamp_outside_day", "missing_uuid", "mig_labels_incomplete"}
 IGNORING = {"non_finite_value", "negative_value", "implausible_value"}
 
@@ -250,8 +252,8 @@ def test_the_value_taken_agrees_with_the_reason_given(
     """stg_dcgm_judged writes a row's reason (what int_dcgm_quarantine reports), whether it has one (what the
     quarantine filters by) and the value it is taken at (what stg_dcgm_samples reads) as separate expressions,
     so that none is evaluated again for another on every raw row. They must agree on every row: kept as it
-    came, clamped (R10), ignored, or dropped. A row of no metric the accounting reads (TEMP, or no metric
-    name at all) is never judged by its value, and its value is never read."""
+    came, clamped (R10), ignored, or dropped. A row of no metric the accounting reads (POWER, TEMP, or no
+    metric name at all) is never judged by its value, and its value is never read."""
     f = factory()
     for index, (metric, value, has_uuid) in enumerate(rows):
         f.dcgm_row(
@@ -271,7 +273,7 @@ def test_the_value_taken_agrees_with_the_reason_given(
         con.close()
     assert len(judgements) == len(rows)
     for metric, value, value_read, dropped, quarantined, reason, clean_value in judgements:
-        assert value_read is (metric is not None and metric != DCGM_TEMP)
+        assert value_read is (metric in READ)
         assert dropped == (reason in DROPPING)
         # The quarantine's filter: every row with a reason, no other.
         assert quarantined == (reason is not None)

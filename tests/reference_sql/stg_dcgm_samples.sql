@@ -9,17 +9,15 @@ with pivoted as (
         max(clean_value) filter (where metric = 'DCGM_FI_DEV_FB_USED') as fb_used_mib,
         max(clean_value) filter (where metric = 'DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION') as energy_mj,
         max(clean_value) filter (where metric = 'DCGM_FI_DEV_XID_ERRORS') as xid_error,
-        -- Read for the copies below only: nothing reads a sample's power, and a stored column costs at every
-        -- size (the day's largest table).
-        max(clean_value) filter (where metric = 'DCGM_FI_DEV_POWER_USAGE') as power_w,
         count(clean_value) as read_values,
         -- R4 (our reading, docs/rules.md): the series is observed at this time only with a reading the
-        -- accounting uses, whatever its value (a NaN utilization is a sample without a value). An XID or power
-        -- reading alone is not a sample: the XID still tells the health of its GPU, wherever another series
+        -- accounting uses, whatever its value (a NaN utilization is a sample without a value). An XID reading
+        -- alone is not a sample: the XID still tells the health of its GPU, wherever another series
         -- of the GPU is observed then (int_gpu_samples).
         bool_or(observes) as observed
     from stg_dcgm_judged
-    -- Rows of fields never read (GPU_TEMP, FB_FREE) tell nothing: the Prometheus source does not pull them.
+    -- Rows of fields never read (GPU_TEMP, FB_FREE, POWER_USAGE) tell nothing: the Prometheus source does not
+    -- pull them.
     where not dropped and value_read
     group by series_key, ts_ms
 )
@@ -36,5 +34,5 @@ select
     -- R1: some metric was read more than once for this sample (each metric read gives one value above).
     read_values > (gr_engine_active is not null)::int + (gpu_util_pct is not null)::int
         + (fb_used_mib is not null)::int + (energy_mj is not null)::int + (xid_error is not null)::int
-        + (power_w is not null)::int as has_copies
+        as has_copies
 from pivoted

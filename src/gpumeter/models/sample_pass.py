@@ -29,16 +29,13 @@ from gpumeter.ingest.schema import (
     DCGM_FB_USED,
     DCGM_GPU_UTIL,
     DCGM_GR_ENGINE_ACTIVE,
-    DCGM_POWER,
     DCGM_XID,
 )
 from gpumeter.models.project import SESSION_FOLDER, AccountingError
 from gpumeter.storage.objectstore import sql_path_list
 
 # The metrics a sample reads, in name order (the raw zone's order of rows within a series' sample).
-READ_METRICS = tuple(
-    sorted((DCGM_GR_ENGINE_ACTIVE, DCGM_GPU_UTIL, DCGM_FB_USED, DCGM_ENERGY, DCGM_XID, DCGM_POWER))
-)
+READ_METRICS = tuple(sorted((DCGM_GR_ENGINE_ACTIVE, DCGM_GPU_UTIL, DCGM_FB_USED, DCGM_ENERGY, DCGM_XID)))
 GR, UTIL, FB, ENERGY, XID = (
     READ_METRICS.index(m) for m in (DCGM_GR_ENGINE_ACTIVE, DCGM_GPU_UTIL, DCGM_FB_USED, DCGM_ENERGY, DCGM_XID)
 )

@@ -13,17 +13,17 @@ with read_rows as (
         series_key,
         -- A list search, not `metric in (...)`: DuckDB plans an IN of six names as a join, which every reader
         -- of the view then pays for on every raw row, whether it reads this column or not. A row with no
-        -- metric name is of no metric read (false, where an IN would say null).
+        -- metric name is of no metric read (false, where an IN would say null). POWER_USAGE is not read: no
+        -- figure uses a sample's power, and the Prometheus source does not pull it.
         list_position([
             'DCGM_FI_PROF_GR_ENGINE_ACTIVE',
             'DCGM_FI_DEV_GPU_UTIL',
             'DCGM_FI_DEV_FB_USED',
             'DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION',
-            'DCGM_FI_DEV_XID_ERRORS',
-            'DCGM_FI_DEV_POWER_USAGE'
+            'DCGM_FI_DEV_XID_ERRORS'
         ], metric) is not null as value_read,
         -- `observes`: a row of this metric makes its series observed at its time (R4, our reading: a reading
-        -- the accounting uses; an XID or power reading alone does not make one, nor does a field not read).
+        -- the accounting uses; an XID reading alone does not make one, nor does a field not read, e.g. power).
         metric in (
             'DCGM_FI_PROF_GR_ENGINE_ACTIVE',
             'DCGM_FI_DEV_GPU_UTIL',
@@ -56,7 +56,6 @@ select
         or ((value is null or not isfinite(value) or value < 0) and value_read)
         or (value > 1e9 and metric is not distinct from 'DCGM_FI_DEV_FB_USED')
         or (value > 1e18 and metric is not distinct from 'DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION')
-        or (value > 1e6 and metric is not distinct from 'DCGM_FI_DEV_POWER_USAGE')
         or (value > 100 and metric is not distinct from 'DCGM_FI_DEV_GPU_UTIL')
         or (value > 1 and metric is not distinct from 'DCGM_FI_PROF_GR_ENGINE_ACTIVE') as quarantined,
     case
@@ -73,11 +72,10 @@ select
         when value is null or not isfinite(value) then 'non_finite_value'
         -- None of these metrics can be negative: a broken exporter, not a reading near 0.
         when value < 0 then 'negative_value'
-        -- Beyond any GPU (1 PiB of frame buffer, 10^15 J since boot, 1 MW): a corrupt value that would
+        -- Beyond any GPU (1 PiB of frame buffer, 10^15 J since boot): a corrupt value that would
         -- also overflow the exact DECIMAL sums (R1).
         when (metric = 'DCGM_FI_DEV_FB_USED' and value > 1e9)
             or (metric = 'DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION' and value > 1e18)
-            or (metric = 'DCGM_FI_DEV_POWER_USAGE' and value > 1e6)
             then 'implausible_value'
         -- R10: utilization is a ratio; over 100 % (or 1) is clamped to full use.
         when (metric = 'DCGM_FI_DEV_GPU_UTIL' and value > 100)
@@ -91,7 +89,6 @@ select
         when (value is null or not isfinite(value) or value < 0) and value_read then null
         when (value > 1e9 and metric = 'DCGM_FI_DEV_FB_USED')
             or (value > 1e18 and metric = 'DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION')
-            or (value > 1e6 and metric = 'DCGM_FI_DEV_POWER_USAGE')
             then null
         when value > 100 and metric = 'DCGM_FI_DEV_GPU_UTIL' then 100.0
         when value > 1 and metric = 'DCGM_FI_PROF_GR_ENGINE_ACTIVE' then 1.0
