@@ -425,27 +425,29 @@ def run(con: duckdb.DuckDBPyConnection) -> None:
         MIG_INSTANCE_SAMPLES: _Files(Path(folder) / MIG_INSTANCE_SAMPLES, MIG_INSTANCE_SAMPLE_SCHEMA),
     }
     tables = {name: _Table(con, name, schema) for name, schema in SIDE_SCHEMAS.items()}
-    changed = _read_ranges(con, series, Path(folder), files, tables) if series.uuid else 0
-    for name, written in files.items():
-        written.view(con, name)
     # Every raw row is dropped or counted under its series: the files' row count (from their footers) against
     # the series' sum, where a scan of the rows for one dropped would read the labels of every one.
-    ((dropped,),) = con.sql(
-        "select (select count(*) from raw_dcgm_samples) > (select coalesce(sum(raw_rows), 0) from stg_dcgm_series)"
+    ((raw_rows, series_rows),) = con.sql(
+        "select (select count(*) from raw_dcgm_samples), (select coalesce(sum(raw_rows), 0) from stg_dcgm_series)"
     ).fetchall()
-    con.execute(f"set variable {DROPPED_ROWS_SEEN} = ?", [bool(dropped)])
+    changed = _read_ranges(con, series, raw_rows, Path(folder), files, tables) if series.uuid else 0
+    for name, written in files.items():
+        written.view(con, name)
+    con.execute(f"set variable {DROPPED_ROWS_SEEN} = ?", [raw_rows > series_rows])
     con.execute(f"set variable {CHANGED_VALUES_SEEN} = ?", [changed > 0])
 
 
 def _read_ranges(
     con: duckdb.DuckDBPyConnection,
     series: _Series,
+    raw_rows: int,
     folder: Path,
     files: dict[str, _Files],
     tables: dict[str, _Table],
 ) -> int:
     """The day's judged DCGM rows, set apart by range of GPUs (in UUID order), a range at a time through the
-    pass; how many of them had their value ignored or clamped."""
+    pass (`raw_rows`: the day's raw rows, which size the ranges); how many of them had their value ignored or
+    clamped."""
     gpus = len(series.uuid)
     day = _Day.of(con)
     classes = _Classes.of(con)
@@ -459,8 +461,7 @@ def _read_ranges(
         "select k.node_key, u.from_ms, u.until_ms, 0.0 as value "
         "from int_node_unschedulable_spans as u join stg_dcgm_nodes as k on k.node = u.node",
     )
-    ((rows,),) = con.sql("select count(*) from raw_dcgm_samples").fetchall()
-    per_range = max(1, int(gpus * ROWS_PER_RANGE / max(1, rows)))
+    per_range = max(1, int(gpus * ROWS_PER_RANGE / max(1, raw_rows)))
     with tempfile.TemporaryDirectory(prefix="spill-", dir=folder) as spill:
         ranges = iter(enumerate(_spill_ranges(con, series, per_range, Path(spill))))
         # One range taken at a time; one insert at a time into the small tables.
