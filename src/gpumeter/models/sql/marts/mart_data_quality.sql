@@ -71,12 +71,7 @@ mig_weights as (
     -- A layout's instances' weights summed, rounded to 9 places (over 1: an over-booked GPU), and the GPU's
     -- samples in that layout.
     select g.node_key, w.weight_sum, g.samples
-    from (
-        select node_key, gpu_key, mig_layout_key, count(*) as samples
-        from int_gpu_samples
-        where mig_layout_key is not null
-        group by all
-    ) as g
+    from int_mig_layout_samples as g
     join int_mig_layouts as w using (gpu_key, mig_layout_key)
 ),
 overbooked_mig as (

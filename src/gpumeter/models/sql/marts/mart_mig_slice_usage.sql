@@ -44,10 +44,9 @@ unpartitioned as (
         -- R1: a sample's slice-seconds as DECIMAL, times the samples of the layout: exact.
         sum(g.samples * sample_seconds(greatest(7 - coalesce(s.slices, 0), 0))) as unpartitioned_slice_seconds
     from (
-        -- A GPU's MIG samples by layout (null: no instance at the sample).
-        select node_key, gpu_key, model_key, mig_layout_key as layout_key, count(*) as samples
-        from int_gpu_samples
-        where is_mig
+        -- A GPU's MIG samples by layout (null: no instance at the sample), whatever their health.
+        select node_key, gpu_key, model_key, mig_layout_key as layout_key, sum(samples) as samples
+        from int_mig_layout_samples
         group by all
     ) as g
     join int_keyed_device_classes as c on c.model_key = g.model_key and c.profile_key is null

@@ -24,12 +24,7 @@ mig_remainders as (
         g.node_key,
         case when g.unhealthy then 'unhealthy' else 'mig_unpartitioned' end as category,
         sum(g.samples * (sample_seconds(1) - coalesce(w.gpu_seconds, 0))) as gpu_seconds
-    from (
-        select node_key, gpu_key, mig_layout_key, unhealthy, count(*) as samples
-        from int_gpu_samples
-        where is_mig
-        group by all
-    ) as g
+    from int_mig_layout_samples as g
     left join mig_layout_seconds as w on w.gpu_key = g.gpu_key and w.mig_layout_key = g.mig_layout_key
     group by all
 ),
