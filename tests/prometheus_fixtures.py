@@ -145,6 +145,11 @@ class FaultServer:
 
     respond: Callable[[int, dict[str, str]], Reply]
     requests: list[dict[str, Any]] = field(default_factory=list)
+    # The pull's one question for its scrape targets (`up`, promql.up_query): answered as a Prometheus with
+    # no target would, unless `answer_targets` is false, and kept apart so that `respond` numbers the data
+    # queries as before.
+    answer_targets: bool = True
+    target_requests: list[dict[str, Any]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self._lock = threading.Lock()
@@ -159,6 +164,16 @@ class FaultServer:
             def do_GET(self) -> None:  # noqa: N802 - http.server's name
                 parsed = urlparse(self.path)
                 params = {k: v[0] for k, v in parse_qs(parsed.query).items()}
+                if outer.answer_targets and params.get("query", "").startswith("count_over_time(up"):
+                    with outer._lock:
+                        outer.target_requests.append({"path": parsed.path, "params": params})
+                    body = json.dumps({"status": "success", "data": {"resultType": "vector", "result": []}})
+                    self.send_response(200)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(body)))
+                    self.end_headers()
+                    self.wfile.write(body.encode())
+                    return
                 with outer._lock:
                     n = len(outer.requests)
                     outer.requests.append(

@@ -42,6 +42,10 @@ RAW_DCGM_SCHEMA = pa.schema(
         # series (the pull, the simulator) so that metering groups one integer per row instead of hashing
         # nine labels; a day whose files lack it (or hold a null) is keyed when metered.
         ("series_key", pa.uint64()),
+        # The series carried pod labels that could not be told from its scrape target's own (a Kubernetes-
+        # discovered target whose `up` the server does not hold): its holder columns are null, and the GPU-seconds
+        # are reported (docs/rules.md R5). Null where the source cannot say (Parquet).
+        ("holder_unverified", pa.bool_()),
     ]
 )
 
@@ -105,7 +109,7 @@ RAW_KUBE_SPANS_SCHEMA = pa.schema(
 
 # Columns a stored raw file may lack (written before the column existed): read as null.
 OPTIONAL_RAW_COLUMNS: dict[str, frozenset[str]] = {
-    "raw_dcgm_samples": frozenset({"series_key"}),
+    "raw_dcgm_samples": frozenset({"series_key", "holder_unverified"}),
     "raw_kube_samples": frozenset({"target"}),
     # DRA rows written before snapshots kept their time: read as of a snapshot of unknown time (R5).
     "raw_dra_allocations": frozenset({"snapshot_ms", "created_ms"}),
@@ -206,3 +210,16 @@ KUBE_METRICS = (
     "kueue_cluster_queue_resource_usage",
     "kueue_local_queue_resource_usage",
 )
+
+# The pod labels (namespace, pod, container) each kube family carries of its own; any other such label on its
+# series is the scrape target's, attached by a Kubernetes-discovered target (the exporter's own pod).
+_POD = ("namespace", "pod")
+KUBE_OBJECT_LABELS: dict[str, tuple[str, ...]] = {
+    "kube_pod_info": _POD,
+    "kube_pod_labels": _POD,
+    "kube_pod_status_phase": _POD,
+    "kube_pod_annotations": _POD,
+    "kube_pod_resourceclaim_info": _POD,
+    "kube_pod_container_resource_requests": (*_POD, "container"),
+    "kueue_local_queue_resource_usage": ("namespace",),
+}

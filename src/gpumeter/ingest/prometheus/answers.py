@@ -19,12 +19,21 @@ import pyarrow.compute as pc
 import pyarrow.csv as pa_csv
 
 from gpumeter.ingest.kube_spans import KubeSeries
+from gpumeter.ingest.prometheus.targets import (
+    HOLDER_LABELS,
+    KUBERNETES_TARGET_MARKS,
+    RENAMED_PREFIX,
+    TARGET_POD_LABELS,
+    HolderReading,
+    ScrapeTargets,
+    scrape_target_labels,
+)
 from gpumeter.ingest.row_order import DCGM_ROW_ORDER, lexicographic_order
-from gpumeter.ingest.schema import RAW_DCGM_SCHEMA, RAW_KUBE_SCHEMA, dcgm_series_key
+from gpumeter.ingest.schema import KUBE_OBJECT_LABELS, RAW_DCGM_SCHEMA, RAW_KUBE_SCHEMA, dcgm_series_key
 
-# raw_dcgm_samples column -> label names that carry it, most preferred first (docs/telemetry.md). The
-# `exported_` names are what Prometheus makes of the exporter's own labels when the scrape target has
-# labels of the same name and `honor_labels` is false: then `pod` is the exporter's pod.
+# raw_dcgm_samples column -> label names that carry it, most preferred first (docs/telemetry.md). The holder's
+# columns (namespace, pod, container) are read by ScrapeTargets.holder, which tells the exporter's pod labels
+# from the scrape target's: HOLDER_LABELS lists their spellings.
 DCGM_LABEL_COLUMNS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("hostname", ("Hostname", "hostname")),
     ("uuid", ("UUID", "uuid")),
@@ -32,9 +41,7 @@ DCGM_LABEL_COLUMNS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("model_name", ("modelName",)),
     ("gpu_i_id", ("GPU_I_ID",)),
     ("gpu_i_profile", ("GPU_I_PROFILE",)),
-    ("namespace", ("exported_namespace", "namespace", "pod_namespace")),
-    ("pod", ("exported_pod", "pod", "pod_name")),
-    ("container", ("exported_container", "container", "container_name")),
+    *HOLDER_LABELS,
     ("vgpu", ("vgpu",)),
     ("dra_claim_name", ("dra_claim_name",)),
     ("dra_claim_namespace", ("dra_claim_namespace",)),
@@ -408,6 +415,23 @@ class SeriesMapping:
     replica_labels: tuple[str, ...]
     # Label set -> the series' constant columns: each series' labels are converted once per source.
     _rows: dict[tuple[Any, ...], tuple[Any, ...]] = field(default_factory=dict, compare=False, repr=False)
+    # The scrape targets' own pods (learn_targets): what tells a holder from the exporter's pod.
+    targets: ScrapeTargets = field(init=False, compare=False, repr=False)
+    # The targets whose DCGM series carried pod labels that could not be told from the target's.
+    unknown_holder_targets: set[str] = field(default_factory=set, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "targets", ScrapeTargets(self.cluster_label))
+
+    def learn_targets(self, up_labels: Iterable[dict[str, str]], series: Iterable[Series] = ()) -> None:
+        """The scrape targets of a pull: their `up` series' labels, and the series whose exporter labels were
+        renamed. Rows worked out before are worked out again: what a label set's pod labels mean may change."""
+        targets = ScrapeTargets(self.cluster_label)
+        targets.learn_up(up_labels)
+        targets.learn_renamed(s.labels for s in series)
+        object.__setattr__(self, "targets", targets)
+        self._rows.clear()
+        self.unknown_holder_targets.clear()
 
     def cluster_of(self, labels: dict[str, str], configured: str) -> str:
         return labels.get(self.cluster_label) or configured
@@ -427,7 +451,8 @@ class SeriesMapping:
         per_series = {"cluster": [r[0] or cluster for r in rows], "metric": [r[1] for r in rows]}
         for i, (column, _) in enumerate(DCGM_LABEL_COLUMNS, start=2):
             per_series[column] = [r[i] for r in rows]
-        series_keys = pa.array([r[-1] for r in rows], pa.uint64())
+        series_keys = pa.array([r[-2] for r in rows], pa.uint64())
+        unverified = pa.array([r[-1] for r in rows], pa.bool_())
         by_series = {"series_key": series_keys} | {
             name: pa.array(values, pa.string()) for name, values in per_series.items()
         }
@@ -440,21 +465,31 @@ class SeriesMapping:
         column = _dictionary_column if dictionary else _column
         columns = {name: column(per_series[name], index) for name in per_series}
         columns["series_key"] = series_keys.take(index)
+        columns["holder_unverified"] = (
+            pa.nulls(len(index), pa.bool_())
+            if unverified.null_count == len(unverified)
+            else unverified.take(index)
+        )
         columns["ts_ms"] = pa.array(ts, pa.int64())
         columns["value"] = pa.array(values, pa.float64())
         schema = RAW_DCGM_DICTIONARY_SCHEMA if dictionary else RAW_DCGM_SCHEMA
         return pa.table(columns).select(schema.names).cast(schema)
 
     def _dcgm_row(self, series: Series, cluster: str) -> tuple[Any, ...]:
-        """A series' constant columns (its cluster label, name, and DCGM_LABEL_COLUMNS) and last its stored
-        key (dcgm_series_key), worked out once per label set, pull source and configured cluster: the same
+        """A series' constant columns (its cluster label, name, and DCGM_LABEL_COLUMNS), then its stored key
+        (dcgm_series_key) and last whether its holder is unverified (true, else null), worked out once per label set, pull source and configured cluster: the same
         series comes back in every window and part."""
 
         def make() -> tuple[Any, ...]:
             row = {column: _first(series.labels, names) for column, names in DCGM_LABEL_COLUMNS}
+            holder, reading = self.targets.holder(series.labels)
+            row.update(zip(TARGET_POD_LABELS, holder, strict=True))
+            unverified = reading is HolderReading.UNKNOWN
+            if unverified:
+                self.unknown_holder_targets.add(self.kube_target(series.labels) or "?")
             label = series.labels.get(self.cluster_label) or None
             key = dcgm_series_key(row | {"cluster": label or cluster})
-            return (label, series.labels["__name__"], *row.values(), key)
+            return (label, series.labels["__name__"], *row.values(), key, True if unverified else None)
 
         return self._constant_row(("dcgm", cluster), series, make)
 
@@ -470,20 +505,30 @@ class SeriesMapping:
 
     def kube_labels(self, labels: dict[str, str]) -> str:
         """The `labels` column: the series' own labels as compact sorted JSON, without its name, cluster,
-        replica and scrape target, the exporter's own `exported_` labels under their own names."""
-        drop = {"__name__", self.cluster_label, *self.replica_labels, *TARGET_LABELS}
+        replica and scrape target, the exporter's own `exported_` labels under their own names. The pod labels a
+        Kubernetes-discovered target attaches (the exporter's own pod) are dropped from a family that carries
+        none of its own (a node's series), so that a series is the same whichever exporter pod showed it."""
+        own = KUBE_OBJECT_LABELS.get(labels.get("__name__", ""), ())
+        drop = {
+            "__name__",
+            self.cluster_label,
+            *self.replica_labels,
+            *TARGET_LABELS,
+            *KUBERNETES_TARGET_MARKS,
+            *(name for name in TARGET_POD_LABELS if name not in own),
+        }
         kept = {
-            k: v for k, v in labels.items() if k not in drop and not k.startswith("exported_") and v != ""
+            k: v for k, v in labels.items() if k not in drop and not k.startswith(RENAMED_PREFIX) and v != ""
         }
         for key, value in labels.items():  # the exporter's own label, renamed by a conflicting target label
-            if key.startswith("exported_") and value != "" and key[len("exported_") :] not in drop:
-                kept[key[len("exported_") :]] = value
+            if key.startswith(RENAMED_PREFIX) and value != "" and key[len(RENAMED_PREFIX) :] not in drop:
+                kept[key[len(RENAMED_PREFIX) :]] = value
         return json.dumps(kept, separators=(",", ":"), sort_keys=True)
 
     @staticmethod
     def kube_target(labels: dict[str, str]) -> str | None:
         """`<job>/<instance>` of the scrape (schema.RAW_KUBE_SCHEMA), null when the series has neither."""
-        job, instance = labels.get("job", ""), labels.get("instance", "")
+        job, instance = scrape_target_labels(labels)
         return f"{job}/{instance}" if job or instance else None
 
     def kube_table(self, cluster: str, series: list[Series]) -> pa.Table:

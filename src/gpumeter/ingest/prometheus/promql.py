@@ -52,4 +52,12 @@ def nonzero_screen_query(metric: str, window_ms: int, *, selector: str = "", pus
     return f"max_over_time({selection}) != 0 or min_over_time({selection}) != 0"
 
 
-__all__ = ["PUSHDOWN_MATCHERS", "escape_label_value", "nonzero_screen_query", "raw_samples_query"]
+def up_query(window_ms: int, *, selector: str = "") -> str:
+    """One vector element per scrape target with a sample in the window, labelled with exactly the target's
+    labels (`up`, which the server records for every target it scrapes): evaluated at end - 1ms, like the
+    screen."""
+    matchers = "{" + selector + "}" if selector else ""
+    return f"count_over_time(up{matchers}[{window_ms}ms])"
+
+
+__all__ = ["PUSHDOWN_MATCHERS", "escape_label_value", "nonzero_screen_query", "raw_samples_query", "up_query"]

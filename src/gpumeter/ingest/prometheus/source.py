@@ -40,7 +40,7 @@ from gpumeter.ingest.prometheus.answers import (
     append_series,
     matrix_samples,
 )
-from gpumeter.ingest.prometheus.promql import nonzero_screen_query, raw_samples_query
+from gpumeter.ingest.prometheus.promql import nonzero_screen_query, raw_samples_query, up_query
 from gpumeter.ingest.prometheus.transport import PrometheusTransport, PullAborted, TooLarge
 from gpumeter.ingest.prometheus.windows import (
     ReplicaDedupe,
@@ -202,6 +202,7 @@ class PrometheusRawSource:
 
         failed = threading.Event()
         with self._queries() as queries:
+            self._learn_targets(start, end_ms)
 
             def fetch_part(i: int) -> Fetched:
                 if failed.is_set():  # a part before failed: its error is the pull's, nothing more is asked
@@ -254,8 +255,10 @@ class PrometheusRawSource:
         """Raw samples with start_ms <= ts < end_ms, plus the DRA objects of that window."""
         self._reset_counts()
         with self._queries() as queries:
+            self._learn_targets(start_ms, end_ms)
             fetched = self._fetch_series(start_ms, end_ms, queries)
-        dcgm, kube = self._tables(cluster, fetched, start_ms, end_ms, set(), False)
+        warned: set[tuple[str, str]] = set()
+        dcgm, kube = self._tables(cluster, fetched, start_ms, end_ms, warned, False)
         allocations, devices, snapshot = self._k8s_objects(cluster, start_ms, end_ms)
         return RawDay(dcgm, kube, allocations, devices, snapshot)
 
@@ -307,6 +310,15 @@ class PrometheusRawSource:
             shared = self.replicas.shared_gpus(series.values())  # the margins may show more streams
         return Fetched(series, shared)
 
+    def _learn_targets(self, start_ms: int, end_ms: int) -> None:
+        """The scrape targets' own labels over [start_ms, end_ms), from their `up` series (one query): what
+        tells a pod the exporter named from the exporter's own pod, which a Kubernetes-discovered target
+        attaches to every series (docs/rules.md R5)."""
+        answer = self.transport.query(
+            up_query(end_ms - start_ms, selector=self.selector), end_ms - 1, "vector"
+        )
+        self.mapping.learn_targets(item.metric for item in answer)
+
     def _tables(
         self,
         cluster: str,
@@ -325,12 +337,14 @@ class PrometheusRawSource:
         dcgm_series = [s for s in merged if kinds.get(s.labels.get("__name__", "")) == "dcgm"]
         kube_samples = [s for s in merged if kinds.get(s.labels.get("__name__", "")) == "kube"]
         self._warn_foreign_clusters(cluster, merged, warned)
+        dcgm = self.mapping.dcgm_table(cluster, dcgm_series, dictionary=pull_form)
+        self._warn_unknown_holders(warned)
         kube = (
             self.mapping.kube_series(cluster, kube_samples)
             if pull_form
             else self.mapping.kube_table(cluster, kube_samples)
         )
-        return self.mapping.dcgm_table(cluster, dcgm_series, dictionary=pull_form), kube
+        return dcgm, kube
 
     def _pull(
         self,
@@ -436,6 +450,22 @@ class PrometheusRawSource:
                 cluster,
                 self.cluster_label,
                 cluster,
+            )
+
+    def _warn_unknown_holders(self, warned: set[tuple[str, str]]) -> None:
+        """dcgm-exporter targets whose series' pod labels could not be told from the target's own: said once
+        per pull and target."""
+        new = sorted(self.mapping.unknown_holder_targets - {t for kind, t in warned if kind == "holder"})
+        warned.update(("holder", target) for target in new)
+        if new:
+            log.warning(
+                "Prometheus %s: the dcgm-exporter target(s) %s attach their own pod labels and the server holds "
+                "no `up` series for them, so a GPU's pod label cannot be told from the exporter's own pod: their "
+                "GPUs are metered as held by nobody (never billed to the exporter). Keep `up` in what the "
+                "server stores (federate it too), or drop the target's pod labels (docs/deploy.md, "
+                '"The exporters as gpumeter reads them exactly"); `gpumeter source check` shows it',
+                self.url,
+                ", ".join(new),
             )
 
     # --- Kubernetes objects (DRA) ------------------------------------------------------------

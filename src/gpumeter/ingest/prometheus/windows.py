@@ -34,11 +34,11 @@ import numpy as np
 from gpumeter.ingest.contract import SLOW_SCRAPE_INTERVALS
 from gpumeter.ingest.prometheus.answers import (
     DCGM_LABEL_COLUMNS,
-    TARGET_LABELS,
     Series,
     SeriesByLabels,
     append_series,
 )
+from gpumeter.ingest.prometheus.targets import scrape_target_labels
 from gpumeter.ingest.prometheus.transport import TooLarge
 
 log = logging.getLogger(__name__)
@@ -191,7 +191,8 @@ class ReplicaDedupe:
         backfilled without them) stands for its node's dcgm-exporter when it names a host, else for the
         exporter its metric comes from, named by the metric's namespace (`kube`, `kueue`, `node`: its name up
         to the first `_`), as the accounting reads a null target (schema.RAW_KUBE_SCHEMA)."""
-        target = tuple(labels.get(name, "") for name in (self.cluster_label, *TARGET_LABELS))
+        job, instance = scrape_target_labels(labels)
+        target = (labels.get(self.cluster_label, ""), instance, job)
         if any(target[1:]):
             return target
         host = labels.get("Hostname") or labels.get("hostname")
