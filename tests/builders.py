@@ -242,6 +242,14 @@ class FactoryBuilder:
             self._kube_row(ts_index, "kube_pod_container_resource_requests", requested_cpu, labels, **at)
         return self
 
+    def pod_info(
+        self, namespace: str, pod: str, node: str, ts_index: int, *, target: str | None = None
+    ) -> FactoryBuilder:
+        """kube_pod_info: the node kube-state-metrics places a pod on."""
+        labels = {"namespace": namespace, "pod": pod, "uid": f"uid-{pod}", "node": node}
+        self._kube_row(ts_index, "kube_pod_info", 1.0, labels, target=target)
+        return self
+
     # --- DRA objects -----------------------------------------------------------------------
 
     def claim(

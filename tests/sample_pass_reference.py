@@ -20,8 +20,9 @@ from gpumeter.models.python_models import SAMPLE_PASS_MODELS
 from gpumeter.models.runner import meter_day
 
 REFERENCE = Path(__file__).parent / "reference_sql"
-# The pass's tables that the reference SQL has no counterpart of: it reads the series samples instead.
-PASS_ONLY = tuple(SAMPLE_PASS_MODELS)[2:]
+# The pass's tables that the reference SQL has no counterpart of (it reads the series samples instead); the
+# others it restates as SQL of their own.
+PASS_ONLY = tuple(m for m in tuple(SAMPLE_PASS_MODELS)[2:] if not (REFERENCE / f"{m}.sql").exists())
 LAYERS_COMPARED = ("intermediate", "marts")
 # The reference's GPU samples before their MIG layouts, which it takes from its instance samples (which read
 # these): the product's int_gpu_samples without that column.

@@ -379,6 +379,59 @@ def test_r4_outage_gap_bills_nothing_for_the_gap() -> None:
     assert charges(out) == {("team-a", "reserved"): D("0.18"), (IDLE, "idle"): D(0)}
 
 
+def test_r4_a_gpu_named_by_its_exporter_pod_is_on_that_pod_s_node() -> None:
+    """R4: dcgm-exporter without NODE_NAME writes its own pod's name as the host; the GPU is on the node
+    kube-state-metrics places that pod on, so its node is expected and observed there (nothing unobserved, no
+    phantom node). A host that is neither a node nor a known pod is taken as it came."""
+    exporter = "nvidia-dcgm-exporter-x7k2p"
+    f = factory().gpu(exporter, "GPU-1", H100).gpu("lost-host", "GPU-2", H100, index="1")
+    f.samples("GPU-1", range(4), util=50, pod=P1)
+    f.samples("GPU-2", range(4), util=50)
+    for i in range(4):
+        f.node_state("n1", i, gpus=1)
+        f.pod_info("gpu-operator", exporter, "n1", i)
+    out = meter(f)
+
+    n1 = one(out, "mart_data_quality", node="n1")
+    # By hand: one GPU seen 4 samples × 60 s on n1, which reports 1 GPU for the same 240 s.
+    assert (n1["observed_gpus"], n1["observed_gpu_seconds"], n1["unobserved_gpu_seconds"]) == (1, 240, 0)
+    assert rows(out, "mart_data_quality", node=exporter) == []
+    assert {r["node"] for r in out["mart_pool_daily_cost"].to_pylist()} == {"n1", "lost-host"}
+    assert holder(out, "p1")["device_seconds"] == D(240)
+
+
+def test_r4_an_unknown_host_under_opencost_prices_names_the_host_not_opencost() -> None:
+    """R8/R4: under OpenCost prices, a GPU whose host kube-state-metrics knows neither as a node nor as a pod
+    cannot be priced; the error names the host and NODE_NAME, not a missing OpenCost scrape."""
+    f = factory().gpu("nvidia-dcgm-exporter-zz9", "GPU-1", H100)
+    f.samples("GPU-1", range(4), util=50)
+    for i in range(4):
+        f.node_state("n1", i, gpus=1)
+        opencost_price(f, "n1", i, 3.6)
+    config = make_config(rate_card={"price_source": "opencost", "models": []})
+    with pytest.raises(AccountingError) as err:
+        meter_day(f.build(), config, f.cluster, f.day)
+    assert "'nvidia-dcgm-exporter-zz9'" in str(err.value) and "NODE_NAME" in str(err.value)
+
+
+def test_r1_a_dcgm_interval_other_than_delta_stops_the_day_naming_both() -> None:
+    """R1: Δ is what a DCGM sample stands for. Samples every 30 s under Δ = 60 s would bill each for 60 s, twice
+    the time: the day stops, naming 30 and 60. Samples every 60 s with a long outage meter as usual."""
+    f = FactoryBuilder("c1", DAY, scrape_s=30).gpu("n1", "GPU-1", H100)
+    f.samples("GPU-1", range(120), util=50, pod=P1)  # an hour: 119 gaps of 30 s
+    with pytest.raises(AccountingError) as err:
+        meter_day(f.build(), make_config(), f.cluster, f.day)
+    message = str(err.value)
+    assert "every 30 s" in message and "scrape_interval_seconds is 60 s" in message and "'n1'" in message
+
+    g = factory().gpu("n1", "GPU-1", H100)
+    g.samples("GPU-1", [*range(20), *range(200, 220)], util=50, pod=P1)  # 38 gaps of 60 s, one of 3 hours
+    out = meter(g)
+    quality = one(out, "mart_data_quality", node="n1")
+    assert (quality["dcgm_interval_seconds"], quality["dcgm_sample_gaps"]) == (60, 39)
+    assert holder(out, "p1")["device_seconds"] == D(40 * 60)
+
+
 # --- R5: holders from DRA --------------------------------------------------------------------
 
 

@@ -51,6 +51,7 @@ def test_the_reference_is_the_sql_the_pass_replaced() -> None:
         "int_dcgm_quarantine",
         "int_keyed_device_holders",
         "int_vgpu_copy_conflicts",
+        "int_gpu_sample_gaps",
     }
     assert ours["int_gpu_samples"].sql is None and ours["int_mig_instance_samples"].sql is None
 

@@ -23,9 +23,13 @@ with gpu_readings as (
             | ((s.observed and d.gpu_i_id is not null)::utinyint << 1)
             | ((s.observed and d.gpu_i_id is null and (s.gpu_util_pct is not null or d.pod is not null))::utinyint << 2)
             | (s.observed::utinyint << 3)
+            | ((s.observed and d.holder_unverified)::utinyint << 4)
         ) as flags,
-        -- Energy is a GPU-level counter: vgpu copies repeat it, MIG instances may lack it.
-        max(s.energy_mj) filter (where d.gpu_i_id is null) as energy_mj,
+        -- Energy is a GPU-level counter: vgpu copies repeat it, MIG instances may lack it, and in dcgm-exporter's
+        -- flex mode only the instances carry it (each the GPU's reading).
+        coalesce(
+            max(s.energy_mj) filter (where d.gpu_i_id is null), max(s.energy_mj) filter (where d.gpu_i_id is not null)
+        ) as energy_mj,
         max(s.fb_used_mib) filter (where d.gpu_i_id is null) as gpu_fb_used_mib,
         -- The GPU as a device: at a sample where it is not MIG-partitioned every series of it is its own, so
         -- these are its device sample's (vgpu copies collapse: the largest value, R6), and its holders are
@@ -44,6 +48,7 @@ stepped as (
         flags & 1 <> 0 as unhealthy,
         flags & 2 <> 0 as shows_instances,
         flags & 4 <> 0 as shows_whole,
+        flags & 16 <> 0 as holder_unverified,
         energy_mj - lag(energy_mj ignore nulls) over by_time as energy_step_mj,
         lag(ts_ms) over by_time as prev_ts_ms
     from gpu_readings
@@ -144,7 +149,9 @@ select
     -- Its previous sample lies within Δ/2 (what the Prometheus pull takes for one scrape seen twice, R1): a
     -- scrape delivered twice at an offset, or Δ larger than the scrape interval. Billed as it came, and
     -- reported (mart_data_quality.repeated_scrape_samples).
-    coalesce(p.ts_ms - p.prev_ts_ms <= getvariable('scrape_s') * 500, false) as repeats_scrape
+    coalesce(p.ts_ms - p.prev_ts_ms <= getvariable('scrape_s') * 500, false) as repeats_scrape,
+    -- R5: an observed series of it carried pod labels that could not be told from its scrape target's own.
+    p.holder_unverified
 from (
     select
         * exclude (energy_step_mj),

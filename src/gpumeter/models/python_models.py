@@ -150,6 +150,7 @@ SAMPLE_PASS_MODELS = {
     "int_gpu_samples_on_several_nodes": sample_pass.UUIDS_ON_SEVERAL_NODES,
     "int_shared_sample_series_holders": sample_pass.SHARED_SAMPLE_HOLDERS,
     "int_vgpu_copy_disagreements": sample_pass.VGPU_COPY_CONFLICTS,
+    "int_gpu_sample_gaps": sample_pass.SAMPLE_GAPS,
 }
 PYTHON_MODEL_FUNCTIONS: dict[str, Callable[[duckdb.DuckDBPyConnection, Config], pa.Table | str]] = {
     "int_device_classes": _device_classes,

@@ -80,6 +80,9 @@ COPIED_SAMPLES = "sample_pass__copied_samples"
 UUIDS_ON_SEVERAL_NODES = "sample_pass__uuids_on_several_nodes"
 SHARED_SAMPLE_HOLDERS = "sample_pass__shared_sample_holders"
 VGPU_COPY_CONFLICTS = "sample_pass__vgpu_copy_conflicts"
+SAMPLE_GAPS = "sample_pass__sample_gaps"
+# Gaps between a GPU's samples counted in whole seconds up to this; a longer one (an outage) counts here.
+LONGEST_GAP_S = 3600
 # Session variables the pass sets for int_dcgm_quarantine, which reads them by these names: whether the day has
 # a judged row that is dropped, and one whose value the judgement ignored or clamped. DuckDB folds a variable
 # into the query as it plans it, so a branch of the quarantine that can hold no row is not planned at all: an
@@ -109,6 +112,7 @@ GPU_SAMPLE_SCHEMA = pa.schema(
         ("labelled", pa.bool_()),
         ("holder_key", pa.int32()),
         ("repeats_scrape", pa.bool_()),
+        ("holder_unverified", pa.bool_()),
         ("mig_layout_key", pa.uint64()),
     ]
 )
@@ -144,6 +148,7 @@ SIDE_SCHEMAS = {
     VGPU_COPY_CONFLICTS: pa.schema(
         [("device_key", pa.int32()), ("ts_ms", pa.int64()), ("node_key", pa.int32())]
     ),
+    SAMPLE_GAPS: pa.schema([("node_key", pa.int32()), ("gap_s", pa.int32()), ("gaps", pa.int64())]),
 }
 
 
@@ -179,6 +184,7 @@ class _Series:
     holder: np.ndarray
     instance: np.ndarray  # bool: a MIG instance's series
     has_pod: np.ndarray
+    holder_unverified: np.ndarray  # bool: pod labels that could not be told from the scrape target's (R5)
     vgpu_copy: np.ndarray
     uuid: list[str]  # by GPU key - 1
     whole_device: np.ndarray  # by GPU key: the GPU's device as a whole GPU (NONE: no GPU-level series)
@@ -190,7 +196,7 @@ class _Series:
             "select series_key, gpu_key, device_key, coalesce(node_key, -1) as node_key, "
             "coalesce(model_key, -1) as model_key, coalesce(profile_key, -1) as profile_key, "
             "coalesce(holder_key, -1) as holder_key, gpu_i_id is not null as instance, pod is not null as has_pod, "
-            "gpu_shows_instances, vgpu_copy, uuid "
+            "holder_unverified, gpu_shows_instances, vgpu_copy, uuid "
             "from stg_dcgm_series order by gpu_key, series_key"
         ).to_arrow_table()
         columns = {name: table[name].to_numpy() for name in table.column_names if name != "uuid"}
@@ -215,6 +221,7 @@ class _Series:
             holder=columns["holder_key"].astype(np.int32),
             instance=instance,
             has_pod=columns["has_pod"].astype(bool),
+            holder_unverified=columns["holder_unverified"].astype(bool),
             vgpu_copy=columns["vgpu_copy"].astype(bool),
             uuid=uuid,
             whole_device=whole_device,
@@ -431,6 +438,11 @@ def run(con: duckdb.DuckDBPyConnection) -> None:
         "select (select count(*) from raw_dcgm_samples), (select coalesce(sum(raw_rows), 0) from stg_dcgm_series)"
     ).fetchall()
     changed = _read_ranges(con, series, raw_rows, Path(folder), files, tables) if series.uuid else 0
+    # A node's GPUs may lie in two ranges: one row per node and gap.
+    con.execute(
+        f"create or replace table {SAMPLE_GAPS} as "
+        f"select node_key, gap_s, sum(gaps)::bigint as gaps from {SAMPLE_GAPS} group by all"
+    )
     for name, written in files.items():
         written.view(con, name)
     con.execute(f"set variable {DROPPED_ROWS_SEEN} = ?", [raw_rows > series_rows])
@@ -619,6 +631,23 @@ def _order(gpu: np.ndarray, ts: np.ndarray, place: np.ndarray, metric: np.ndarra
     return lexicographic_order([gpu - gpu.min(), ts - ts.min(), place - place.min(), metric.astype(np.int64)])
 
 
+def _gaps_by_node(node: np.ndarray, gap_ms: np.ndarray) -> dict[str, np.ndarray | pa.Array]:
+    """How many gaps of each length (whole seconds, at most LONGEST_GAP_S) lie between consecutive samples of a
+    GPU, per node (R1: the interval dcgm-exporter is scraped at, which Δ must be)."""
+    if not node.size:
+        return {}
+    seconds = np.minimum((gap_ms + 500) // 1000, LONGEST_GAP_S)
+    least = int(node.min())
+    counts = np.bincount((node.astype(np.int64) - least) * (LONGEST_GAP_S + 1) + seconds)
+    found = np.flatnonzero(counts)
+    nodes = (found // (LONGEST_GAP_S + 1) + least).astype(np.int32)
+    return {
+        "node_key": _nullable(nodes, nodes != NONE, pa.int32()),
+        "gap_s": (found % (LONGEST_GAP_S + 1)).astype(np.int32),
+        "gaps": counts[found],
+    }
+
+
 def _one_range(
     rows: _Rows,
     series: _Series,
@@ -681,9 +710,15 @@ def _one_range(
         | ((observed & s_instance).astype(np.uint8) << 1)
         | ((observed & ~s_instance & (~np.isnan(util) | series.has_pod[s_place])).astype(np.uint8) << 2)
         | (observed.astype(np.uint8) << 3)
+        | ((observed & series.holder_unverified[s_place]).astype(np.uint8) << 4)
     )
     g_flags = np.bitwise_or.reduceat(flags, g_start)
+    # R10: energy is a GPU-level counter. dcgm-exporter's default (flex) device mode watches a MIG GPU only
+    # through its instances, each repeating the GPU's reading: taken where the GPU's own series has none.
     g_energy = np.fmax.reduceat(np.where(s_instance, np.nan, energy), g_start)
+    g_energy = np.where(
+        np.isnan(g_energy), np.fmax.reduceat(np.where(s_instance, energy, np.nan), g_start), g_energy
+    )
     g_fb = np.fmax.reduceat(np.where(s_instance, np.nan, fb), g_start)
     g_gr = np.fmax.reduceat(gr, g_start)
     g_util = np.fmax.reduceat(util, g_start)
@@ -730,6 +765,9 @@ def _one_range(
     is_mig = shows_instances_ever & (decided >= run_begin) & (shows[np.maximum(decided, 0)] == 1)
     repeats = has_prev & (g_ts - prev_ts <= day.scrape_s * 500)
     in_day = (g_ts >= day.day_start_ms) & (g_ts < day.day_end_ms)
+    gapped = has_prev & in_day
+    if gapped.any():
+        out[SAMPLE_GAPS] = _gaps_by_node(g_node[gapped], g_ts[gapped] - prev_ts[gapped])
 
     # R8: the rate card's price of the model's whole-GPU class, else the node's OpenCost price then; R11:
     # whether the node is unschedulable then. A sample of a model with no class is not one of the day's.
@@ -785,6 +823,7 @@ def _one_range(
         "labelled": g_first_holder[at] != NONE,
         "holder_key": _nullable(holder[at], holder[at] != NONE, pa.int32()),
         "repeats_scrape": repeats[at],
+        "holder_unverified": g_flags[at] & 16 != 0,
     }
 
     # The GPU sample each series sample belongs to (NONE: not a stored sample of the day).

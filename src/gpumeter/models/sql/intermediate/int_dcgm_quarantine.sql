@@ -3,7 +3,7 @@
 -- pass (gpumeter.models.sample_pass); the rows are the judged raw rows of those samples.
 with read_values as not materialized (
     -- The rows whose value a sample reads, at the value it takes.
-    select * exclude (series_key, value_read, observes, dropped, quarantined, reason), series_key
+    select * exclude (series_key, holder_unverified, value_read, observes, dropped, quarantined, reason), series_key
     from stg_dcgm_judged
     where not dropped and clean_value is not null and value_read
 ),
@@ -43,7 +43,7 @@ shared_uuids as materialized (
     join stg_dcgm_nodes as n on n.node_key = s.billed_node_key
 )
 select
-    * exclude (series_key, value_read, observes, dropped, quarantined, reason, clean_value),
+    * exclude (series_key, holder_unverified, value_read, observes, dropped, quarantined, reason, clean_value),
     reason,
     case
         when dropped then 'dropped'
@@ -71,7 +71,7 @@ from extra_copies
 where copy_number > 1
 union all
 select
-    k.* exclude (series_key, value_read, observes, dropped, quarantined, reason, clean_value),
+    k.* exclude (series_key, holder_unverified, value_read, observes, dropped, quarantined, reason, clean_value),
     'uuid_on_several_nodes' as reason,
     'merged' as action,
     k.clean_value

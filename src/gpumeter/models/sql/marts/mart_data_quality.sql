@@ -2,11 +2,12 @@
 -- GPU-seconds (R4), GPU samples that repeat a scrape, the over-booking figures the asset checks read, and the
 -- raw samples int_dcgm_quarantine set aside with the GPU-seconds at stake.
 with observed as (
-    select n.node, o.observed_gpu_seconds, o.observed_gpus, o.repeated_scrape_samples
+    select n.node, o.observed_gpu_seconds, o.observed_gpus, o.repeated_scrape_samples, o.holder_unverified_samples
     from (
         select node_key, count(*) * getvariable('scrape_s') as observed_gpu_seconds,
                count(distinct gpu_key) as observed_gpus,
-               count(*) filter (where repeats_scrape) as repeated_scrape_samples
+               count(*) filter (where repeats_scrape) as repeated_scrape_samples,
+               count(*) filter (where holder_unverified) as holder_unverified_samples
         from int_gpu_samples
         group by node_key
     ) as o
@@ -142,6 +143,18 @@ quarantine_nodes as (
     from quarantine_by_reason
     group by node
 ),
+intervals as (
+    -- R1: the interval the node's GPUs are sampled at, from the gaps between a GPU's consecutive samples of the
+    -- day: the most common (the least where two are as common), and how many gaps have that length.
+    select
+        n.node,
+        arg_max(g.gap_s, g.gaps::hugeint * 4096 - g.gap_s) as dcgm_interval_seconds,
+        max(g.gaps)::bigint as dcgm_gaps_at_interval,
+        sum(g.gaps)::bigint as dcgm_sample_gaps
+    from int_gpu_sample_gaps as g
+    left join stg_dcgm_nodes as n on n.node_key = g.node_key
+    group by n.node
+),
 nodes as (
     select node from observed
     union
@@ -171,7 +184,11 @@ select
     coalesce(cc.conflicting_copy_samples, 0) as conflicting_copy_samples,
     coalesce(o.repeated_scrape_samples, 0) as repeated_scrape_samples,
     coalesce(o.repeated_scrape_samples, 0) * getvariable('scrape_s') as repeated_scrape_gpu_seconds,
-    coalesce(qn.quarantine_by_reason, '{}') as quarantine_by_reason
+    coalesce(qn.quarantine_by_reason, '{}') as quarantine_by_reason,
+    coalesce(o.holder_unverified_samples, 0) * getvariable('scrape_s') as holder_unverified_gpu_seconds,
+    i.dcgm_interval_seconds,
+    coalesce(i.dcgm_sample_gaps, 0) as dcgm_sample_gaps,
+    coalesce(i.dcgm_gaps_at_interval, 0) as dcgm_gaps_at_interval
 from nodes as n
 left join observed as o on o.node is not distinct from n.node
 left join expected as e on e.node is not distinct from n.node
@@ -181,3 +198,4 @@ left join unmapped as u on u.node is not distinct from n.node
 left join quarantine_nodes as qn on qn.node is not distinct from n.node
 left join quarantine_seconds as qs on qs.node is not distinct from n.node
 left join conflicting_copies as cc on cc.node is not distinct from n.node
+left join intervals as i on i.node is not distinct from n.node

@@ -11,6 +11,7 @@ with read_rows as (
         -- (the sample pass) groups one integer instead of nine strings; stg_dcgm_series checks that each
         -- series has one key and no two series share one.
         series_key,
+        holder_unverified,
         -- A list search, not `metric in (...)`: DuckDB plans an IN of six names as a join, which every reader
         -- of the view then pays for on every raw row, whether it reads this column or not. A row with no
         -- metric name is of no metric read (false, where an IN would say null). POWER_USAGE is not read: no

@@ -2,11 +2,83 @@
 -- series; `series_key` names it in the raw rows (read by the sample pass). Dense integer keys of the series'
 -- GPU, device, node, model, MIG profile and holder let the per-sample models group and join integers, not
 -- strings; each is ranked in name order, so the least key is the least name (the least node key picks the
--- first node by name, R4).
+-- first node by name, R4). The node is the series' Hostname where kube-state-metrics knows it as a node, else
+-- the node kube-state-metrics places the pod of that name on (a dcgm-exporter without NODE_NAME writes its own
+-- pod's name, R4), else the Hostname as it came.
+with labelled as (
+    -- Grouped by the one integer key, not by the nine labels: each row's labels are hashed once instead of
+    -- compared as strings in the group-by, and a key whose rows differ in any label shows two hashes. A label
+    -- is the same on every row of a key that agrees, so the first row's is it (`first`: no test for null).
+    select
+        series_key,
+        first(cluster) as cluster,
+        first(hostname) as hostname,
+        first(uuid) as uuid,
+        first(gpu_i_id) as gpu_i_id,
+        first(model_name) as model_name,
+        first(gpu_i_profile) as mig_profile,
+        first(namespace) as namespace,
+        first(pod) as pod,
+        first(container) as container,
+        -- Two yes/no questions in one aggregate state: 1, a row of the day itself (not of its lookback); 2, a
+        -- vgpu copy (--kubernetes-virtual-gpus): one of several series carrying one shared device's value.
+        bit_or(within_day(ts_ms)::utinyint | ((vgpu is not null)::utinyint << 1)) as flags,
+        min(labels) as first_labels,
+        max(labels) as last_labels,
+        count(*) as raw_rows,
+        -- Any row: the flag is not one of the labels that make a series (R5).
+        coalesce(bool_or(holder_unverified), false) as holder_unverified
+    from (
+        select
+            series_key, cluster, hostname, uuid, gpu_i_id, model_name, gpu_i_profile, namespace, pod, container,
+            ts_ms, vgpu, holder_unverified,
+            hash(cluster, hostname, uuid, gpu_i_id, model_name, gpu_i_profile, namespace, pod, container) as labels
+        from stg_dcgm_judged
+        where not dropped
+    )
+    group by series_key
+),
+kube_nodes as (
+    select distinct json_extract_string(labels, 'node') as node
+    from stg_kube_spans
+    where metric in (
+        'kube_node_status_capacity', 'kube_node_status_allocatable', 'kube_node_labels',
+        'kube_node_spec_unschedulable', 'kube_node_status_condition'
+    )
+),
+pod_nodes as (
+    -- The least node by name where one pod name was placed on several (an exporter's own pod is on one).
+    select pod, min(node) as node
+    from (
+        select json_extract_string(labels, 'pod') as pod, json_extract_string(labels, 'node') as node
+        from stg_kube_spans
+        where metric = 'kube_pod_info'
+    )
+    where pod is not null and node is not null and node <> ''
+    group by pod
+),
+noded as (
+    select
+        l.*,
+        case
+            when l.hostname is null or l.hostname in (select node from kube_nodes) then l.hostname
+            else coalesce(p.node, l.hostname)
+        end as node,
+        case
+            when l.hostname in (select node from kube_nodes) then 'node'
+            when p.node is not null then 'pod'
+            when l.hostname is not null and exists (select 1 from kube_nodes) then 'unknown'
+            else 'label'
+        end as node_source
+    from labelled as l
+    left join pod_nodes as p on p.pod = l.hostname
+)
 select
     series_key,
     cluster,
     node,
+    hostname,
+    node_source,
     uuid,
     uuid || coalesce('/' || gpu_i_id, '') as device_id,
     gpu_i_id,
@@ -21,6 +93,7 @@ select
     -- one key): assert_series_keys_are_distinct stops the day then.
     first_labels = last_labels as labels_agree,
     raw_rows,
+    holder_unverified,
     dense_rank() over (order by uuid)::integer as gpu_key,
     dense_rank() over (order by uuid, gpu_i_id)::integer as device_key,
     case when node is not null then dense_rank() over (order by node) end::integer as node_key,
@@ -32,34 +105,4 @@ select
     end::integer as holder_key,
     -- Only a GPU that ever shows a MIG instance can change mode (R3, int_gpu_samples).
     bool_or(gpu_i_id is not null) over (partition by uuid) as gpu_shows_instances
-from (
-    -- Grouped by the one integer key, not by the nine labels: each row's labels are hashed once instead of
-    -- compared as strings in the group-by, and a key whose rows differ in any label shows two hashes. A label
-    -- is the same on every row of a key that agrees, so the first row's is it (`first`: no test for null).
-    select
-        series_key,
-        first(cluster) as cluster,
-        first(hostname) as node,
-        first(uuid) as uuid,
-        first(gpu_i_id) as gpu_i_id,
-        first(model_name) as model_name,
-        first(gpu_i_profile) as mig_profile,
-        first(namespace) as namespace,
-        first(pod) as pod,
-        first(container) as container,
-        -- Two yes/no questions in one aggregate state: 1, a row of the day itself (not of its lookback); 2, a
-        -- vgpu copy (--kubernetes-virtual-gpus): one of several series carrying one shared device's value.
-        bit_or(within_day(ts_ms)::utinyint | ((vgpu is not null)::utinyint << 1)) as flags,
-        min(labels) as first_labels,
-        max(labels) as last_labels,
-        count(*) as raw_rows
-    from (
-        select
-            series_key, cluster, hostname, uuid, gpu_i_id, model_name, gpu_i_profile, namespace, pod, container,
-            ts_ms, vgpu,
-            hash(cluster, hostname, uuid, gpu_i_id, model_name, gpu_i_profile, namespace, pod, container) as labels
-        from stg_dcgm_judged
-        where not dropped
-    )
-    group by series_key
-)
+from noded
