@@ -211,6 +211,54 @@ def cmd_reopen(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_source_check(args: argparse.Namespace) -> int:
+    """Check each Prometheus source of the config over a recent window (gpumeter.ingest.source_check):
+    exit 1 when a finding would misbill, 0 otherwise."""
+    from rich.table import Table
+
+    from gpumeter.ingest.source_check import check_sources, report_json
+
+    config = load_config(Path(args.config))
+    names = select_clusters(config, args.cluster) if args.cluster else None
+    end = args.at or _now()
+    end_ms = round(end.timestamp() * 1000)
+    reports = check_sources(config, names, end_ms, args.window_minutes * 60_000)
+    if args.format == "json":
+        sys.stdout.write(json.dumps(report_json(reports), indent=2) + "\n")
+        return 1 if any(r.misbills for r in reports) else 0
+    colour = {"ok": "green", "warn": "yellow", "misbills": "red"}
+    for report in reports:
+        window = report.as_json()["window"]
+        table = Table(
+            title=f"{report.cluster}: {report.url}, {window['start']} .. {window['end']}, "
+            f"Δ {report.scrape_interval_seconds} s",
+            title_justify="left",
+            show_lines=True,
+            expand=True,
+        )
+        # What was found and what to do are prose: they get the width; a flag or a path folds, never ends in "…".
+        table.add_column("exporter", no_wrap=True)
+        table.add_column("check", ratio=1, overflow="fold")
+        table.add_column("found", ratio=3, overflow="fold")
+        table.add_column("verdict", no_wrap=True)
+        table.add_column("what to do", ratio=2, overflow="fold")
+        for f in report.findings:
+            # What it costs goes under what was found: finance reads that line, ops the last column.
+            found = f"{escape(f.found)}\n[bold]Billing:[/] {escape(f.cost)}" if f.cost else escape(f.found)
+            verdict = f"[{colour[f.verdict.value]}]{f.verdict.value}[/]"
+            table.add_row(escape(f.exporter), escape(f.check), found, verdict, escape(f.action))
+        console.print(table)
+    bad = [(r.cluster, f) for r in reports for f in r.findings if f.verdict.value == "misbills"]
+    if bad:
+        console.print(
+            f"[red]{len(bad)} finding(s) would misbill[/]: "
+            + "; ".join(escape(f"{cluster}: {f.exporter} {f.check}") for cluster, f in bad)
+        )
+        return 1
+    console.print("[green]nothing found would misbill[/]")
+    return 0
+
+
 def cmd_dashboard(args: argparse.Namespace) -> int:
     """Run the Streamlit dashboard (its script ships in the package) on a config's warehouse."""
     from gpumeter.dashboard import APP

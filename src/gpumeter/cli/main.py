@@ -8,7 +8,7 @@ import argparse
 import sys
 import warnings
 from collections.abc import Sequence
-from datetime import date
+from datetime import UTC, date, datetime
 
 from rich.markup import escape
 
@@ -31,6 +31,26 @@ def _period(text: str) -> str:
         return str(Period.parse(text))
     except InvoiceError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _instant(text: str) -> datetime:
+    try:
+        moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a time (ISO 8601, e.g. 2026-11-01T10:00:00Z)"
+        ) from None
+    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)  # a time without a zone is UTC
+
+
+def _minutes(text: str) -> int:
+    try:
+        minutes = int(text)
+    except ValueError:
+        minutes = 0
+    if minutes <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive number of minutes")
+    return minutes
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -146,6 +166,44 @@ def build_parser() -> argparse.ArgumentParser:
     )
     example.add_argument("--path", action="store_true", help="print where the example file is instead")
     example.set_defaults(func=commands.cmd_config_example)
+
+    source = sub.add_parser(
+        "source",
+        help="check what a cluster's live Prometheus holds, exporter by exporter, before billing from it",
+    )
+    source_sub = source.add_subparsers(dest="source_command", required=True, metavar="ACTION")
+    source_check = source_sub.add_parser(
+        "check",
+        help="check each configured Prometheus source over a recent window: scrape paths, labels, scrape "
+        "intervals, allow-lists, prices and HA replicas, with what each problem does to the bills",
+        description="Check each `kind: prometheus` source of the config over a recent window and print, per "
+        "exporter, what was found and what to do. Exit status: 0 when nothing found would bill wrongly "
+        "(warnings included), 1 when a finding would misbill, 2 on an error (config, unreachable server).",
+    )
+    source_check.add_argument("--config", required=True, help="gpumeter YAML config")
+    source_check.add_argument(
+        "--cluster",
+        action="append",
+        metavar="NAME",
+        help="check this cluster only; repeat for several (default: every cluster with a Prometheus source)",
+    )
+    source_check.add_argument(
+        "--at",
+        type=_instant,
+        metavar="ISO-TIME",
+        help="end of the window (ISO 8601; without a zone, UTC; default: now)",
+    )
+    source_check.add_argument(
+        "--window-minutes",
+        type=_minutes,
+        default=60,
+        metavar="N",
+        help="length of the window, in minutes (default: %(default)s)",
+    )
+    source_check.add_argument(
+        "--format", choices=("text", "json"), default="text", help="a table, or JSON for machines"
+    )
+    source_check.set_defaults(func=commands.cmd_source_check)
 
     dash = sub.add_parser(
         "dashboard", help="run the finance and ops dashboard (Streamlit) on a config's warehouse"
