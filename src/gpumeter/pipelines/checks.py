@@ -134,10 +134,11 @@ def no_overbooked_device(marts_by_cluster: dict[str, dict[str, pa.Table]]) -> As
 
 
 def coverage(marts_by_cluster: dict[str, dict[str, pa.Table]], config: Config) -> AssetCheckResult:
-    """Fails (a warning) where too little of the expected GPU-seconds was observed, or where a GPU was
-    observed again at most half a scrape interval after its previous sample: such samples are billed as they
-    came (docs/rules.md, R1)."""
-    observed = expected = repeated = 0.0
+    """Fails (a warning) where too little of the expected GPU-seconds was observed, where a GPU was observed
+    again at most half a scrape interval after its previous sample (such samples are billed as they came,
+    docs/rules.md R1), or where a series' pod labels could not be told from its scrape target's (held by
+    nobody, R5)."""
+    observed = expected = repeated = unverified = 0.0
     short_nodes = []
     repeating_nodes = []
     for cluster, marts in marts_by_cluster.items():
@@ -145,6 +146,7 @@ def coverage(marts_by_cluster: dict[str, dict[str, pa.Table]], config: Config) -
             observed += float(row["observed_gpu_seconds"])
             expected += float(row["expected_gpu_seconds"])
             repeated += float(row["repeated_scrape_gpu_seconds"])
+            unverified += float(row.get("holder_unverified_gpu_seconds") or 0)
             if float(row["unobserved_gpu_seconds"]) > 0:
                 short_nodes.append(
                     f"{cluster}/{row['node']}: {float(row['unobserved_gpu_seconds']) / 3600:.2f} GPU-h"
@@ -155,7 +157,7 @@ def coverage(marts_by_cluster: dict[str, dict[str, pa.Table]], config: Config) -
     return AssetCheckResult(
         check_name="coverage",
         asset_key="mart_data_quality",
-        passed=ratio >= config.checks.min_coverage and not repeated,
+        passed=ratio >= config.checks.min_coverage and not repeated and not unverified,
         severity=AssetCheckSeverity.WARN,
         metadata={
             "coverage": MetadataValue.float(ratio),
@@ -166,6 +168,8 @@ def coverage(marts_by_cluster: dict[str, dict[str, pa.Table]], config: Config) -
             # twice, or scrape_interval_seconds larger than the real scrape interval.
             "repeated_scrape_gpu_hours": repeated / 3600,
             "repeated_scrapes": MetadataValue.json(repeating_nodes),
+            # GPU-hours whose series' pod labels may be the scrape target's own: metered as held by nobody.
+            "holder_unverified_gpu_hours": unverified / 3600,
         },
     )
 

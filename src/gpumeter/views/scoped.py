@@ -974,10 +974,11 @@ def _epoch_ms(day: date) -> int:
 
 def is_reported_figure(column: str) -> bool:
     """A data_quality column the data-quality view sums per node and the page shows as a figure: the
-    quarantine's (`*quarantin*`) and the repeated scrapes' (`repeated_scrape_*`), whichever the stored marts
-    have (days metered by an older version lack the newer ones)."""
+    quarantine's (`*quarantin*`), the repeated scrapes' (`repeated_scrape_*`) and the GPU-seconds whose holder
+    could not be told from the scrape target (`holder_unverified_*`), whichever the stored marts have (days
+    metered by an older version lack the newer ones)."""
     name = column.lower()
-    return "quarantin" in name or name.startswith("repeated_scrape")
+    return "quarantin" in name or name.startswith(("repeated_scrape", "holder_unverified"))
 
 
 def _numeric(duckdb_type: str) -> bool:
