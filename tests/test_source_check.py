@@ -208,7 +208,7 @@ def test_a_service_monitor_without_up_misbills_its_gpus_as_free(
     assert "cannot be told from the exporter's own pod" in path["found"]
     # Both GPUs: the held one (pod train-0) and the free one (the exporter's own pod) read alike.
     assert path["cost"].startswith("2 GPU(s), about 0.3 GPU-hours")
-    assert "__unallocated__" in path["cost"]
+    assert "idle capacity" in path["cost"]
     assert "keep `up`" in path["action"]
 
 

@@ -419,19 +419,30 @@ class SeriesMapping:
     targets: ScrapeTargets = field(init=False, compare=False, repr=False)
     # The targets whose DCGM series carried pod labels that could not be told from the target's.
     unknown_holder_targets: set[str] = field(default_factory=set, compare=False, repr=False)
+    # The label sets learn_renamed has read.
+    _learned_from: set[Hashable] = field(default_factory=set, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "targets", ScrapeTargets(self.cluster_label))
 
-    def learn_targets(self, up_labels: Iterable[dict[str, str]], series: Iterable[Series] = ()) -> None:
-        """The scrape targets of a pull: their `up` series' labels, and the series whose exporter labels were
-        renamed. Rows worked out before are worked out again: what a label set's pod labels mean may change."""
+    def learn_targets(self, up_labels: Iterable[dict[str, str]]) -> None:
+        """The scrape targets of a pull, from their `up` series' labels. Rows worked out before are worked out
+        again: what a label set's pod labels mean may change."""
         targets = ScrapeTargets(self.cluster_label)
         targets.learn_up(up_labels)
-        targets.learn_renamed(s.labels for s in series)
         object.__setattr__(self, "targets", targets)
+        object.__setattr__(self, "_learned_from", set())
         self._rows.clear()
         self.unknown_holder_targets.clear()
+
+    def learn_renamed(self, series: Iterable[Series]) -> None:
+        """The targets' own pods that the pull's DCGM series tell by their renamed (or old) holder labels, learned
+        from each label set once; the rows worked out before are worked out again where a pod was learned."""
+        seen: set[Hashable] = self._learned_from
+        new = [s for s in series if s.key not in seen]
+        seen.update(s.key for s in new)
+        if self.targets.learn_renamed(s.labels for s in new):
+            self._rows.clear()
 
     def cluster_of(self, labels: dict[str, str], configured: str) -> str:
         return labels.get(self.cluster_label) or configured

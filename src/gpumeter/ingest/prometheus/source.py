@@ -337,6 +337,9 @@ class PrometheusRawSource:
         dcgm_series = [s for s in merged if kinds.get(s.labels.get("__name__", "")) == "dcgm"]
         kube_samples = [s for s in merged if kinds.get(s.labels.get("__name__", "")) == "kube"]
         self._warn_foreign_clusters(cluster, merged, warned)
+        # A target's own pod is also told by its series whose holder labels were renamed (honorLabels: false):
+        # learned as the pull goes, part by part in time order.
+        self.mapping.learn_renamed(dcgm_series)
         dcgm = self.mapping.dcgm_table(cluster, dcgm_series, dictionary=pull_form)
         self._warn_unknown_holders(warned)
         kube = (

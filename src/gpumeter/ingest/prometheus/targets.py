@@ -28,6 +28,8 @@ HOLDER_LABELS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("container", ("container", "container_name")),
 )
 RENAMED_PREFIX = "exported_"
+# dcgm-exporter's holder labels under `--use-old-namespace`, in HOLDER_LABELS' order: no scrape target sets them.
+OLD_HOLDER_LABELS = ("pod_namespace", "pod_name", "container_name")
 # The labels a Kubernetes-discovered target attaches that name the exporter's own pod.
 TARGET_POD_LABELS = ("namespace", "pod", "container")
 # Labels only a Kubernetes-discovered target carries (prometheus-operator's `service` and `endpoint`): a series
@@ -93,13 +95,21 @@ class ScrapeTargets:
             if labels.get("pod") or labels.get("namespace"):
                 self.pods.setdefault(key, set()).add((labels.get("namespace"), labels.get("pod")))
 
-    def learn_renamed(self, series_labels: Iterable[Mapping[str, str]]) -> None:
-        """Series whose exporter labels were renamed `exported_*`: their plain pod labels are the target's."""
+    def learn_renamed(self, series_labels: Iterable[Mapping[str, str]]) -> bool:
+        """Series whose exporter labels were renamed `exported_*`, or that carry the old holder labels beside
+        plain ones: their plain pod labels are the target's. Whether a target's pod was learned anew."""
+        learned = False
         for labels in series_labels:
-            if any(RENAMED_PREFIX + name in labels for name in TARGET_POD_LABELS):
+            if any(RENAMED_PREFIX + name in labels for name in TARGET_POD_LABELS) or any(
+                old in labels for old in OLD_HOLDER_LABELS
+            ):
                 key = target_key(labels, self.cluster_label)
                 if key is not None and (labels.get("pod") or labels.get("namespace")):
-                    self.pods.setdefault(key, set()).add((labels.get("namespace"), labels.get("pod")))
+                    pod = (labels.get("namespace"), labels.get("pod"))
+                    known = self.pods.setdefault(key, set())
+                    learned |= pod not in known
+                    known.add(pod)
+        return learned
 
     def holder(self, labels: Mapping[str, str]) -> tuple[Holder, HolderReading]:
         """The holder a series names (namespace, pod, container; all None: none) and how it was read: the pod
@@ -111,12 +121,15 @@ class ScrapeTargets:
                 _first(labels, (RENAMED_PREFIX + name, *names[1:])) for name, names in HOLDER_LABELS
             )
             return found, HolderReading.EXPORTER  # type: ignore[return-value]
+        if any(labels.get(old) for old in OLD_HOLDER_LABELS):
+            # dcgm-exporter's old names (`--use-old-namespace`), which no target sets: any plain ones are the
+            # target's.
+            old: Holder = tuple(labels.get(name) or None for name in OLD_HOLDER_LABELS)  # type: ignore[assignment]
+            return old, HolderReading.EXPORTER
         found = tuple(_first(labels, names) for _, names in HOLDER_LABELS)
         namespace, pod, _container = found
         if pod is None and namespace is None:
             return none, HolderReading.EXPORTER
-        if labels.get("pod_name") or labels.get("pod_namespace"):
-            return found, HolderReading.EXPORTER  # type: ignore[return-value]  # never a target's label
         key = target_key(labels, self.cluster_label)
         own = self.pods.get(key) if key is not None else None
         if own is not None and (labels.get("namespace"), labels.get("pod")) in own:
@@ -134,6 +147,7 @@ __all__ = [
     "INSTANCE_LABELS",
     "JOB_LABELS",
     "KUBERNETES_TARGET_MARKS",
+    "OLD_HOLDER_LABELS",
     "RENAMED_PREFIX",
     "HolderReading",
     "ScrapeTargets",
