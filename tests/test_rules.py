@@ -1035,6 +1035,19 @@ def test_r10_mig_energy_is_the_gpus_apportioned_by_weight() -> None:
     assert holder(out, "p2")["energy_joules"] == D(20)
 
 
+def test_r10_mig_energy_in_flex_mode_is_the_reading_the_instances_repeat() -> None:
+    """R3/R10: dcgm-exporter's default flex mode watches a MIG GPU only through its instances, each repeating
+    the GPU's energy counter: the GPU's energy is that reading, once per sample (70 J a sample, never 140), and
+    each instance gets its weight's part: 30 J for the 3g, 10 J for the 1g a sample."""
+    f = factory().gpu("n2", "GPU-M", A100)
+    for i, millijoules in {-1: 0, 0: 70_000, 1: 140_000}.items():
+        f.sample("GPU-M", i, gr=0.5, gpu_i_id="1", profile="3g.40gb", pod=P1, energy=millijoules)
+        f.sample("GPU-M", i, gr=0.5, gpu_i_id="2", profile="1g.10gb", pod=P2, energy=millijoules)
+    out = meter(f)
+    assert holder(out, "p1")["energy_joules"] == D(60)
+    assert holder(out, "p2")["energy_joules"] == D(20)
+
+
 # --- R11: where capacity goes ----------------------------------------------------------------
 
 
