@@ -416,8 +416,10 @@ class FactoryBuilder:
     def write_openmetrics(self, path: Path) -> Path:
         """The day's dcgm-exporter and kube-state-metrics rows as one OpenMetrics file for `promtool tsdb
         create-blocks-from openmetrics` (gpumeter_sim/openmetrics.py: seconds, one block per family, `# EOF`).
-        DCGM series get `job="dcgm-exporter"`, `instance="<node>:9400"`; kube rows their `target` as job and
-        instance, else kube-state-metrics' usual ones. DRA objects are not metrics: see `k8s_documents`."""
+        DCGM series are labelled as the GPU Operator's ServiceMonitor stores them (the exporter pod's own labels
+        on every series, its holder labels renamed `exported_*`, an `up` per target); kube rows their `target`
+        as job and instance, else kube-state-metrics' usual ones. DRA objects are not metrics: see
+        `k8s_documents`."""
         from gpumeter_sim.openmetrics import write_openmetrics
 
         raw = self.build()

@@ -342,8 +342,9 @@ def test_label_spellings_map_to_the_same_columns(prom: PromQLServer) -> None:
         "dra_pool_name": "n1",
         "dra_device_name": "gpu-0-mig-2",
     }
-    # The key of the row's own series labels (tests/test_series_keys.py pins the function).
-    assert first == {**expected, "series_key": dcgm_series_key(expected)}
+    # The key of the row's own series labels (tests/test_series_keys.py pins the function); a static target's
+    # pod labels are the exporter's, told as such (holder_unverified null).
+    assert first == {**expected, "series_key": dcgm_series_key(expected), "holder_unverified": None}
 
 
 def test_cluster_column_from_the_label_else_the_configured_name(prom: PromQLServer) -> None:
@@ -487,11 +488,16 @@ def _pulled_part(dcgm: pa.Table, pull_start: int) -> pa.Table:
     """The rows of a Parquet day that the Prometheus source pulls (docs/prometheus.md, "What is pushed
     down"): the fields the accounting reads (schema.DCGM_METRICS), and XID_ERRORS only in the hourly
     windows (chunk_seconds from the pull's start) where that series has some value != 0 — derived here
-    from the rows themselves."""
+    from the rows themselves. dcgm-exporter labels an XID reading with its value (`err_code`), so each value
+    is a series of its own: a 0 reading is in a series that is never screened in."""
     from gpumeter.ingest.schema import DCGM_METRICS, DCGM_XID
 
     rows = dcgm.to_pylist()
-    series_of = [tuple((k, v) for k, v in row.items() if k not in ("ts_ms", "value")) for row in rows]
+    series_of = [
+        tuple((k, v) for k, v in row.items() if k not in ("ts_ms", "value"))
+        + ((("err_code", row["value"]),) if row["metric"] == DCGM_XID else ())
+        for row in rows
+    ]
     flagged = {
         (key, (row["ts_ms"] - pull_start) // 3_600_000)
         for key, row in zip(series_of, rows, strict=True)

@@ -452,7 +452,12 @@ def test_the_target_survives_a_round_trip_through_openmetrics_and_prometheus(
             "ts_ms": [D0 + 5_000] * 3,
             "metric": [INFO] * 3,
             "value": [1.0] * 3,
-            "labels": ['{"pod":"x1"}', '{"pod":"x2"}', '{"pod":"x3"}'],
+            # kube_pod_info carries its pod's namespace: a target's own namespace never stands in for it.
+            "labels": [
+                '{"namespace":"ns","pod":"x1"}',
+                '{"namespace":"ns","pod":"x2"}',
+                '{"namespace":"ns","pod":"x3"}',
+            ],
             "target": ["monitoring/ksm/10.0.0.7:8080", "kube-state-metrics/", None],
         },
         schema=RAW_KUBE_SCHEMA,
@@ -467,8 +472,10 @@ def test_the_target_survives_a_round_trip_through_openmetrics_and_prometheus(
     targets = dict(
         zip(again.kube.column("labels").to_pylist(), again.kube.column("target").to_pylist(), strict=True)
     )
-    assert targets['{"pod":"x1"}'] == "monitoring/ksm/10.0.0.7:8080"
-    assert targets['{"pod":"x2"}'] == "kube-state-metrics/"
-    assert targets['{"pod":"x3"}'] == "kube-state-metrics/kube-state-metrics.kube-system:8080"  # the default
+    assert targets['{"namespace":"ns","pod":"x1"}'] == "monitoring/ksm/10.0.0.7:8080"
+    assert targets['{"namespace":"ns","pod":"x2"}'] == "kube-state-metrics/"
+    assert (
+        targets['{"namespace":"ns","pod":"x3"}'] == "kube-state-metrics/kube-state-metrics.kube-system:8080"
+    )  # the default
     assert rows(again.kube.filter(pc.equal(again.kube.column("target"), KSM_TARGET))) == rows(pulled.kube)
     assert again.kube.num_rows == pulled.kube.num_rows + 3

@@ -145,11 +145,14 @@ quarantine_nodes as (
 ),
 intervals as (
     -- R1: the interval the node's GPUs are sampled at, from the gaps between a GPU's consecutive samples of the
-    -- day: the most common (the least where two are as common), and how many gaps have that length.
+    -- day: the most common (the least where two are as common), and how many gaps lie from ¾ Δ to 1½ Δ (an HA
+    -- pair's merged stream has gaps a replica's offset off Δ; a missed scrape makes one of 2 Δ).
     select
         n.node,
         arg_max(g.gap_s, g.gaps::hugeint * 4096 - g.gap_s) as dcgm_interval_seconds,
-        max(g.gaps)::bigint as dcgm_gaps_at_interval,
+        coalesce(sum(g.gaps) filter (
+            where g.gap_s >= 0.75 * getvariable('scrape_s') and g.gap_s < 1.5 * getvariable('scrape_s')
+        ), 0)::bigint as dcgm_gaps_near_scrape_interval,
         sum(g.gaps)::bigint as dcgm_sample_gaps
     from int_gpu_sample_gaps as g
     left join stg_dcgm_nodes as n on n.node_key = g.node_key
@@ -188,7 +191,7 @@ select
     coalesce(o.holder_unverified_samples, 0) * getvariable('scrape_s') as holder_unverified_gpu_seconds,
     i.dcgm_interval_seconds,
     coalesce(i.dcgm_sample_gaps, 0) as dcgm_sample_gaps,
-    coalesce(i.dcgm_gaps_at_interval, 0) as dcgm_gaps_at_interval
+    coalesce(i.dcgm_gaps_near_scrape_interval, 0) as dcgm_gaps_near_scrape_interval
 from nodes as n
 left join observed as o on o.node is not distinct from n.node
 left join expected as e on e.node is not distinct from n.node
