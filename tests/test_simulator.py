@@ -698,7 +698,8 @@ def test_openmetrics_round_trip(tmp_path, nodes_per_part):
         for table in (sim.dcgm, sim.kube):
             for row in table.group_by("metric").aggregate([("value", "count")]).to_pylist():
                 expected[row["metric"]] = expected.get(row["metric"], 0) + row["value_count"]
-    assert counts == expected
+    assert {k: v for k, v in counts.items() if k != "up"} == expected
+    assert counts["up"] > 0 and families[-1] == "up"  # each target's `up`, after the exporters' families
     assert families[0].startswith("DCGM_FI_")
     start_s = ms(spec.start) / 1000
     end_s = ms(spec.start + timedelta(days=2)) / 1000
@@ -732,7 +733,7 @@ def test_openmetrics_escapes_label_values(tmp_path):
     assert 'label_x="q\\"\\\\"' in text
     assert " 42.5 1793491200.123\n" in text
     _families, counts, _series = parse_openmetrics(out)
-    assert counts == {DCGM_GPU_UTIL: 1, "kube_pod_labels": 1}
+    assert counts == {DCGM_GPU_UTIL: 1, "kube_pod_labels": 1, "up": 2}  # one dcgm-exporter, one kube target
 
 
 def test_promtool_accepts_one_hour(tmp_path):
@@ -753,6 +754,163 @@ def test_promtool_accepts_one_hour(tmp_path):
     assert result.returncode == 0, result.stderr
     assert str(sum(counts.values())) in result.stdout  # NUM SAMPLES of the block
     assert str(ms(DAY0)) in result.stdout  # MIN TIME in ms: timestamps were read as seconds
+
+
+TARGET_LABELS = ("job", "instance", "namespace", "pod", "container", "service", "endpoint")
+K8S_SUFFIX = "[bcdfghjklmnpqrstvwxz2456789]"
+
+
+def parse_samples(path: Path, family: str) -> list[tuple[dict[str, str], str, float]]:
+    """(labels, value text, timestamp in seconds) of every sample of one family."""
+    out = []
+    prefix = family + "{"
+    for line in path.read_text(encoding="utf-8").split("\n"):
+        if line.startswith(prefix):
+            head, value, ts = line.rsplit(" ", 2)
+            out.append((dict(_LABEL.findall(head[len(prefix) : -1])), value, float(ts)))
+    return out
+
+
+@pytest.fixture(scope="module")
+def small_om(tmp_path_factory) -> Path:
+    """SMALL (3 days: the outage on the second, the XID on the third) written node by node."""
+    out = tmp_path_factory.mktemp("small-om") / "factory.om"
+    simulator.write_openmetrics(SMALL, out, nodes_per_part=1)
+    return out
+
+
+def test_openmetrics_dcgm_series_as_the_gpu_operator_servicemonitor_stores_them(small_om):
+    """Every DCGM series: dcgm-exporter 4.x's labels, under its node's exporter pod as the GPU Operator's
+    ServiceMonitor scrapes it (honorLabels false: the holder's labels renamed `exported_*`, a free GPU's series
+    with only the exporter's pod). The same labels as tests/scrape_paths.py's ServiceMonitor path makes of
+    them."""
+    from tests.scrape_paths import dcgm_exporter_paths
+
+    _families, _counts, series = parse_openmetrics(small_om)
+    dcgm = [dict(labels) for name, labels in series if name.startswith("DCGM_FI_")]
+    targets: dict[str, dict[str, str]] = {}
+    for labels in dcgm:
+        target = {k: labels[k] for k in TARGET_LABELS}
+        assert targets.setdefault(labels["Hostname"], target) == target  # one target per node
+        gpu = labels["gpu"]
+        assert labels["device"] == f"nvidia{gpu}" and re.fullmatch(
+            r"00000000:[0-9A-F]{2}:00\.0", labels["pci_bus_id"]
+        )
+        assert labels["DCGM_FI_DRIVER_VERSION"] == "550.54.15" and labels["cluster"] == "small"
+        assert "exported_pod" in labels or labels["pod"] == target["pod"]
+        assert (
+            ("exported_pod" in labels) == ("exported_namespace" in labels) == ("exported_container" in labels)
+        )
+        # what Prometheus makes of the exporter's own labels through that ServiceMonitor
+        exposed = {k: v for k, v in labels.items() if k not in (*TARGET_LABELS, "cluster")}
+        exposed |= {
+            k.removeprefix("exported_"): exposed.pop(k) for k in list(exposed) if k.startswith("exported_")
+        }
+        node_ip = target["instance"].removesuffix(":9400")
+        path = {p.name: p for p in dcgm_exporter_paths(labels["Hostname"], target["pod"], node_ip)}[
+            "servicemonitor"
+        ]
+        scraped = path.scraped({"__name__": "x", **exposed})
+        assert scraped | {"cluster": "small"} == {"__name__": "x", **labels}
+    assert len(targets) == len(simulator.factory_layout(SMALL).nodes)
+    for node, target in targets.items():
+        assert target["job"] == target["container"] == target["service"] == "nvidia-dcgm-exporter"
+        assert target["namespace"] == "gpu-operator" and target["endpoint"] == "gpu-metrics"
+        assert re.fullmatch(rf"nvidia-dcgm-exporter-{K8S_SUFFIX}{{5}}", target["pod"]), node
+        assert re.fullmatch(r"10\.\d+\.\d+\.\d+:9400", target["instance"]), node
+    assert (
+        len({t["pod"] for t in targets.values()})
+        == len({t["instance"] for t in targets.values()})
+        == len(targets)
+    )
+    # the holders are the raw rows' pods, and only theirs
+    raw = {
+        (r["uuid"], r["gpu_i_id"], r["namespace"], r["pod"], r["container"])
+        for day in SMALL.day_list
+        for r in simulator.simulate_day(SMALL, day)
+        .dcgm.select(["uuid", "gpu_i_id", "namespace", "pod", "container"])
+        .to_pylist()
+    }
+    written = {
+        (
+            lab["UUID"],
+            lab.get("GPU_I_ID"),
+            lab.get("exported_namespace"),
+            lab.get("exported_pod"),
+            lab.get("exported_container"),
+        )
+        for lab in dcgm
+    }
+    assert written == raw and any(h[3] is None for h in raw) and any(h[3] is not None for h in raw)
+    # XID: err_code is the value as text, err_msg its text
+    xid = parse_samples(small_om, DCGM_XID)
+    assert all(labels["err_code"] == value for labels, value, _ in xid)
+    msgs = {(labels["err_code"], labels["err_msg"]) for labels, _, _ in xid}
+    assert msgs == {("0", "No Error"), ("79", "GPU has fallen off the bus")}
+
+
+def test_openmetrics_up_of_every_target(small_om):
+    """`up` per target with exactly the target's labels: 1 at each scrape it answered, 0 at the scrapes of the
+    exporter outage; kube-state-metrics and OpenCost (one target each, over every node's part) at every kube
+    scrape."""
+    up = parse_samples(small_om, "up")
+    by_target: dict[tuple, dict[float, str]] = {}
+    for labels, value, ts in up:
+        assert by_target.setdefault(tuple(sorted(labels.items())), {}).setdefault(ts, value) == value
+    _families, _counts, series = parse_openmetrics(small_om)
+    scrapes: dict[tuple, set[float]] = {}  # (job, instance) -> the times of its series' samples
+    node_series: dict[tuple, dict[str, str]] = {}  # (job, instance) -> a node's series' labels
+    for (name, labels), ts in series.items():
+        if name == "up":
+            continue
+        lab = dict(labels)
+        scrapes.setdefault((lab["job"], lab["instance"]), set()).update(ts)
+        if name.startswith(("DCGM_FI_", "kube_node_", "node_")):
+            node_series.setdefault((lab["job"], lab["instance"]), lab)
+    # every target's `up`, labelled with exactly the target's labels (those a node's series gained)
+    assert sorted((dict(t)["job"], dict(t)["instance"]) for t in by_target) == sorted(scrapes)
+    for target in by_target:
+        labels = dict(target)
+        gained = node_series[labels["job"], labels["instance"]]
+        assert labels == {k: gained[k] for k in (*TARGET_LABELS, "cluster")}
+    by_target = {(dict(t)["job"], dict(t)["instance"]): samples for t, samples in by_target.items()}
+    layout = simulator.factory_layout(SMALL)
+    outage = [ms(layout.outage.day, 13) / 1000 + i * SMALL.scrape_interval_s for i in range(24)]
+    step = SMALL.scrape_interval_s
+    for (job, instance), samples in by_target.items():
+        assert {t for t, v in samples.items() if v == "1"} == scrapes[job, instance]
+        down = sorted(t for t, v in samples.items() if v == "0")
+        if job == "nvidia-dcgm-exporter" and down:
+            assert down == outage  # the node's exporter, 13:00-15:00Z of the second day
+        else:
+            assert not down
+            if job != "nvidia-dcgm-exporter":  # a kube target: every kube scrape of the 3 days
+                assert len(samples) == 3 * 86400 // step
+    assert sum(1 for s in by_target.values() if "0" in s.values()) == 1
+    jobs = sorted(job for job, _ in by_target)
+    assert jobs == ["kube-state-metrics", *["nvidia-dcgm-exporter"] * len(layout.nodes), "opencost"]
+
+
+def test_openmetrics_kube_series_under_honored_labels(small_om):
+    """kube-state-metrics and OpenCost scraped with honorLabels true: a pod's series keeps its own namespace
+    and pod, a node's series gains its target's; every series carries the target's service and endpoint."""
+    ksm = {"namespace": "monitoring", "container": "kube-state-metrics", "job": "kube-state-metrics"}
+    node = parse_samples(small_om, "kube_node_labels")[0][0]
+    assert {k: node[k] for k in ksm} == ksm and node["service"] == "kube-prometheus-stack-kube-state-metrics"
+    assert re.fullmatch(
+        rf"kube-prometheus-stack-kube-state-metrics-{K8S_SUFFIX}{{10}}-{K8S_SUFFIX}{{5}}", node["pod"]
+    )
+    assert node["instance"] == "kube-state-metrics.kube-system:8080" and node["endpoint"] == "http"
+    pods = {(lab["namespace"], lab["pod"]) for lab, _, _ in parse_samples(small_om, "kube_pod_info")}
+    raw = simulator.simulate_day(SMALL, SMALL.start).kube
+    info = raw.filter(pc.equal(raw.column("metric"), "kube_pod_info")).column("labels").to_pylist()
+    assert {(json.loads(t)["namespace"], json.loads(t)["pod"]) for t in info} <= pods
+    requests = parse_samples(small_om, "kube_pod_container_resource_requests")
+    assert all(lab["container"] != "kube-state-metrics" and lab["service"] for lab, _, _ in requests)
+    cost = parse_samples(small_om, "node_gpu_hourly_cost")[0][0]
+    assert (cost["job"], cost["namespace"], cost["instance"], cost["service"]) == (
+        "opencost", "opencost", "opencost.opencost:9003", "opencost"
+    )  # fmt: skip
 
 
 # --- KAI Scheduler and Kueue ----------------------------------------------------------------------
