@@ -263,7 +263,7 @@ def _load_raw(con: duckdb.DuckDBPyConnection, raw: RawDay | RawFiles) -> None:
         read = {
             column: f'"{column}"'
             if column in stored or column not in optional
-            else f'null::varchar as "{column}"'
+            else f'null::{_SQL_TYPES.get(schema.field(column).type, "varchar")} as "{column}"'
             for column in schema.names
         }
         if name == DCGM and not _stores_series_keys(con, files, len(paths)):
@@ -282,6 +282,9 @@ def _load_raw(con: duckdb.DuckDBPyConnection, raw: RawDay | RawFiles) -> None:
             ) from exc
     _kube_spans(con, span_files)
 
+
+# The SQL type of a raw column a stored file may lack, read as a null of its own type.
+_SQL_TYPES = {pa.bool_(): "boolean", pa.int32(): "integer", pa.int64(): "bigint", pa.uint64(): "ubigint"}
 
 KUBE = "raw_kube_samples"
 _KUBE_ROWS = "raw_kube_rows"

@@ -185,6 +185,7 @@ class _Series:
     instance: np.ndarray  # bool: a MIG instance's series
     has_pod: np.ndarray
     holder_unverified: np.ndarray  # bool: pod labels that could not be told from the scrape target's (R5)
+    any_unverified: bool
     vgpu_copy: np.ndarray
     uuid: list[str]  # by GPU key - 1
     whole_device: np.ndarray  # by GPU key: the GPU's device as a whole GPU (NONE: no GPU-level series)
@@ -222,6 +223,7 @@ class _Series:
             instance=instance,
             has_pod=columns["has_pod"].astype(bool),
             holder_unverified=columns["holder_unverified"].astype(bool),
+            any_unverified=bool(columns["holder_unverified"].any()),
             vgpu_copy=columns["vgpu_copy"].astype(bool),
             uuid=uuid,
             whole_device=whole_device,
@@ -710,15 +712,17 @@ def _one_range(
         | ((observed & s_instance).astype(np.uint8) << 1)
         | ((observed & ~s_instance & (~np.isnan(util) | series.has_pod[s_place])).astype(np.uint8) << 2)
         | (observed.astype(np.uint8) << 3)
-        | ((observed & series.holder_unverified[s_place]).astype(np.uint8) << 4)
     )
+    if series.any_unverified:
+        flags |= (observed & series.holder_unverified[s_place]).astype(np.uint8) << 4
     g_flags = np.bitwise_or.reduceat(flags, g_start)
     # R10: energy is a GPU-level counter. dcgm-exporter's default (flex) device mode watches a MIG GPU only
     # through its instances, each repeating the GPU's reading: taken where the GPU's own series has none.
     g_energy = np.fmax.reduceat(np.where(s_instance, np.nan, energy), g_start)
-    g_energy = np.where(
-        np.isnan(g_energy), np.fmax.reduceat(np.where(s_instance, energy, np.nan), g_start), g_energy
-    )
+    if np.isnan(g_energy).any():
+        g_energy = np.where(
+            np.isnan(g_energy), np.fmax.reduceat(np.where(s_instance, energy, np.nan), g_start), g_energy
+        )
     g_fb = np.fmax.reduceat(np.where(s_instance, np.nan, fb), g_start)
     g_gr = np.fmax.reduceat(gr, g_start)
     g_util = np.fmax.reduceat(util, g_start)

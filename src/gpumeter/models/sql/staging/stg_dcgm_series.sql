@@ -20,14 +20,17 @@ with labelled as (
         first(namespace) as namespace,
         first(pod) as pod,
         first(container) as container,
-        -- Two yes/no questions in one aggregate state: 1, a row of the day itself (not of its lookback); 2, a
-        -- vgpu copy (--kubernetes-virtual-gpus): one of several series carrying one shared device's value.
-        bit_or(within_day(ts_ms)::utinyint | ((vgpu is not null)::utinyint << 1)) as flags,
+        -- Three yes/no questions in one aggregate state: 1, a row of the day itself (not of its lookback); 2, a
+        -- vgpu copy (--kubernetes-virtual-gpus): one of several series carrying one shared device's value; 4, a
+        -- row whose pod labels could not be told from its scrape target's (any row: not a label of the series).
+        bit_or(
+            within_day(ts_ms)::utinyint
+            | ((vgpu is not null)::utinyint << 1)
+            | (coalesce(holder_unverified, false)::utinyint << 2)
+        ) as flags,
         min(labels) as first_labels,
         max(labels) as last_labels,
-        count(*) as raw_rows,
-        -- Any row: the flag is not one of the labels that make a series (R5).
-        coalesce(bool_or(holder_unverified), false) as holder_unverified
+        count(*) as raw_rows
     from (
         select
             series_key, cluster, hostname, uuid, gpu_i_id, model_name, gpu_i_profile, namespace, pod, container,
@@ -93,7 +96,7 @@ select
     -- one key): assert_series_keys_are_distinct stops the day then.
     first_labels = last_labels as labels_agree,
     raw_rows,
-    holder_unverified,
+    flags & 4 <> 0 as holder_unverified,
     dense_rank() over (order by uuid)::integer as gpu_key,
     dense_rank() over (order by uuid, gpu_i_id)::integer as device_key,
     case when node is not null then dense_rank() over (order by node) end::integer as node_key,
