@@ -39,6 +39,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
+from typing import NamedTuple
 
 from scrape_paths import ScrapePath, service_monitor_target
 
@@ -97,8 +98,9 @@ class Gpu:
     model: str = H100
 
 
-@dataclass(frozen=True)
-class PodRef:
+class PodRef(NamedTuple):
+    """A holder as dcgm-exporter names it."""
+
     namespace: str
     pod: str
     container: str
@@ -381,14 +383,14 @@ def opencost_node(
 # --- scrape paths of kube-state-metrics and OpenCost ------------------------------------------------------
 
 KSM_POD = "kube-state-metrics-6d4b9c8f7-h2x9q"
+# kube-prometheus-stack's ServiceMonitor of kube-state-metrics: its chart's Service and port `http`.
 KSM_TARGET = service_monitor_target(
-    job="kube-state-metrics",
-    instance="10.0.2.14:8080",
-    namespace="monitoring",
-    pod=KSM_POD,
-    container="kube-state-metrics",
-    service="kube-prometheus-stack-kube-state-metrics",
-    endpoint="http",
+    **{"job": "kube-state-metrics", "instance": "10.0.2.14:8080", "namespace": "monitoring", "pod": KSM_POD},
+    **{
+        "container": "kube-state-metrics",
+        "service": "kube-prometheus-stack-kube-state-metrics",
+        "endpoint": "http",
+    },
 )
 OPENCOST_TARGET = {"job": "opencost", "instance": "opencost.opencost:9003"}
 

@@ -19,6 +19,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from gpumeter_sim.openmetrics import attach
+
 Labels = dict[str, str]
 
 
@@ -50,24 +52,6 @@ class ScrapePath:
         return self.scraped({"__name__": "up"})
 
 
-def attach(exposed: Mapping[str, str], target: Mapping[str, str], honor_labels: bool) -> Labels:
-    """Prometheus' rule for a scraped series' labels: the target's labels set on it, a clash resolved by
-    `honor_labels` (the series' label renamed `exported_<name>` where the target's wins)."""
-    out = {k: v for k, v in exposed.items() if v != ""}
-    for name, value in target.items():
-        if value == "":
-            continue
-        if name in out:
-            if honor_labels:
-                continue
-            renamed = "exported_" + name
-            while renamed in out:
-                renamed = "exported_" + renamed
-            out[renamed] = out[name]
-        out[name] = value
-    return out
-
-
 def service_monitor_target(
     *, job: str, instance: str, namespace: str, pod: str, container: str, service: str, endpoint: str
 ) -> Labels:
@@ -82,17 +66,9 @@ def service_monitor_target(
     }
 
 
-def pod_monitor_target(
-    *, job: str, instance: str, namespace: str, pod: str, container: str, endpoint: str
-) -> Labels:
-    return {
-        "job": job,
-        "instance": instance,
-        "namespace": namespace,
-        "pod": pod,
-        "container": container,
-        "endpoint": endpoint,
-    }
+def pod_monitor_target(**labels: str) -> Labels:
+    """A PodMonitor's target: a ServiceMonitor's without `service`."""
+    return {k: v for k, v in service_monitor_target(service="", **labels).items() if k != "service"}
 
 
 def dcgm_exporter_paths(node: str, exporter_pod: str, ip: str) -> list[ScrapePath]:
@@ -100,24 +76,15 @@ def dcgm_exporter_paths(node: str, exporter_pod: str, ip: str) -> list[ScrapePat
     (`jobLabel: app`, port `gpu-metrics`, namespace `gpu-operator`) with honorLabels false (its default) and
     true, a PodMonitor both ways, a static config, the ServiceMonitor federated with and without honoured
     labels, and read through a Thanos-like store that adds external labels."""
-    instance = f"{ip}:9400"
-    sm = service_monitor_target(
-        job="nvidia-dcgm-exporter",
-        instance=instance,
-        namespace="gpu-operator",
-        pod=exporter_pod,
-        container="nvidia-dcgm-exporter",
-        service="nvidia-dcgm-exporter",
-        endpoint="gpu-metrics",
-    )
-    pm = pod_monitor_target(
-        job="gpu-operator/nvidia-dcgm-exporter",
-        instance=instance,
-        namespace="gpu-operator",
-        pod=exporter_pod,
-        container="nvidia-dcgm-exporter",
-        endpoint="gpu-metrics",
-    )
+    pod = {
+        "instance": f"{ip}:9400",
+        "namespace": "gpu-operator",
+        "pod": exporter_pod,
+        "container": "nvidia-dcgm-exporter",
+        "endpoint": "gpu-metrics",
+    }
+    sm = service_monitor_target(job="nvidia-dcgm-exporter", service="nvidia-dcgm-exporter", **pod)
+    pm = pod_monitor_target(job="gpu-operator/nvidia-dcgm-exporter", **pod)
     static = {"job": "dcgm-exporter", "instance": f"{node}:9400"}
     external = {"prometheus": "monitoring/k8s"}
     federate = {"job": "federate", "instance": "prometheus-k8s.monitoring:9090"}

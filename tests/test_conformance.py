@@ -58,17 +58,17 @@ from conformance_corpus import (
 from prometheus_fixtures import PROMETHEUS, PromQLServer, needs_prometheus, sample, serve_openmetrics
 from scrape_paths import ScrapePath, dcgm_exporter_paths
 
+import gpumeter.models.runner as runner
 from gpumeter.config import IDLE, UNALLOCATED, Config, parse_config
 from gpumeter.ingest.contract import day_bounds_ms, lookback_ms
 from gpumeter.ingest.prometheus import PrometheusRawSource
 from gpumeter.ingest.prometheus.promql import escape_label_value
 from gpumeter.models.project import AccountingError
-from gpumeter.models.runner import meter_day
 
 pytestmark = needs_prometheus
 
 DAY = date(2026, 11, 3)
-D0, _D1 = day_bounds_ms(DAY)
+D0 = day_bounds_ms(DAY)[0]  # the day's first millisecond
 MINUTE, HOUR = 60_000, 3_600_000
 NODE = "node-1"
 EXPORTER_POD, EXPORTER_IP, EXPORTER_NAMESPACE = "nvidia-dcgm-exporter-x7k2p", "10.0.0.5", "gpu-operator"
@@ -343,7 +343,7 @@ def pull_and_meter(prom: PromQLServer, cluster: str, config: Config) -> dict[str
         backoff_seconds=0.01,
     )
     raw = raw_source.fetch_day(cluster, DAY, lookback_ms(config, cluster))
-    return meter_day(raw, config, cluster, DAY, select=MARTS)
+    return runner.meter_day(raw, config, cluster, DAY, select=MARTS)
 
 
 MARTS = (

@@ -165,6 +165,23 @@ def findings(
     return code, report["findings"]
 
 
+def misbilling(
+    capsys: pytest.CaptureFixture[str],
+    prometheus: promserver.PrometheusServer,
+    tmp_path: Path,
+    cluster: str,
+    check: str,
+    exporter: str = "",
+) -> tuple[dict[str, str], list[dict[str, str]]]:
+    """The one finding of `check` (of `exporter`, where given) for `cluster`, which must misbill (exit 1),
+    and every finding."""
+    code, found = findings(capsys, prometheus, tmp_path, cluster)
+    assert code == 1
+    (finding,) = [f for f in found if f["check"] == check and exporter in f["exporter"]]
+    assert finding["verdict"] == "misbills"
+    return finding, found
+
+
 def test_a_clean_static_fleet_misbills_nothing(
     capsys: pytest.CaptureFixture[str], prometheus: promserver.PrometheusServer, tmp_path: Path
 ) -> None:
@@ -200,10 +217,7 @@ def test_a_service_monitor_with_up_recorded_is_named_and_bills_right(
 def test_a_service_monitor_without_up_misbills_its_gpus_as_free(
     capsys: pytest.CaptureFixture[str], prometheus: promserver.PrometheusServer, tmp_path: Path
 ) -> None:
-    code, found = findings(capsys, prometheus, tmp_path, "sm-noup")
-    assert code == 1
-    (path,) = [f for f in found if f["check"] == "scrape path and who holds each GPU"]
-    assert path["verdict"] == "misbills"
+    path, _ = misbilling(capsys, prometheus, tmp_path, "sm-noup", "scrape path and who holds each GPU")
     assert "no `up` recorded for 1 target(s)" in path["found"]
     assert "cannot be told from the exporter's own pod" in path["found"]
     # Both GPUs: the held one (pod train-0) and the free one (the exporter's own pod) read alike.
@@ -215,10 +229,7 @@ def test_a_service_monitor_without_up_misbills_its_gpus_as_free(
 def test_a_faster_exporter_than_the_configured_interval_misbills_naming_both(
     capsys: pytest.CaptureFixture[str], prometheus: promserver.PrometheusServer, tmp_path: Path
 ) -> None:
-    code, found = findings(capsys, prometheus, tmp_path, "fast")
-    assert code == 1
-    (interval,) = [f for f in found if f["exporter"] == "dcgm-exporter" and f["check"] == "scrape interval"]
-    assert interval["verdict"] == "misbills"
+    interval, _ = misbilling(capsys, prometheus, tmp_path, "fast", "scrape interval", "dcgm-exporter")
     assert "scraped every 15 s" in interval["found"] and "configured Δ 30 s" in interval["found"]
     # 2 GPUs x 40 samples in 10 minutes, each billed 30 s: 0.7 GPU-hours billed for 0.3 held.
     assert "billed 2 times over (about 0.7 GPU-hours billed for about 0.3 held" in interval["cost"]
@@ -228,10 +239,7 @@ def test_a_faster_exporter_than_the_configured_interval_misbills_naming_both(
 def test_a_host_name_that_is_an_unknown_exporter_pod_misbills(
     capsys: pytest.CaptureFixture[str], prometheus: promserver.PrometheusServer, tmp_path: Path
 ) -> None:
-    code, found = findings(capsys, prometheus, tmp_path, "podname")
-    assert code == 1
-    (host,) = [f for f in found if f["check"] == "node of each GPU"]
-    assert host["verdict"] == "misbills"
+    host, _ = misbilling(capsys, prometheus, tmp_path, "podname", "node of each GPU")
     assert EXPORTER_POD in host["found"]
     assert "NODE_NAME" in host["action"]
 
@@ -239,10 +247,7 @@ def test_a_host_name_that_is_an_unknown_exporter_pod_misbills(
 def test_tenant_pod_labels_not_allow_listed_misbill_with_the_flag_to_set(
     capsys: pytest.CaptureFixture[str], prometheus: promserver.PrometheusServer, tmp_path: Path
 ) -> None:
-    code, found = findings(capsys, prometheus, tmp_path, "nolabels")
-    assert code == 1
-    (labels,) = [f for f in found if f["check"] == "pod labels exported"]
-    assert labels["verdict"] == "misbills"
+    labels, found = misbilling(capsys, prometheus, tmp_path, "nolabels", "pod labels exported")
     assert labels["action"] == "start kube-state-metrics with --metric-labels-allowlist=pods=[team]"
     assert [f for f in found if f["verdict"] != "ok"] == [labels]
     code, out = run(capsys, prometheus, tmp_path, "nolabels")

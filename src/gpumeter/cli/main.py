@@ -53,6 +53,12 @@ def _minutes(text: str) -> int:
     return minutes
 
 
+def _config_and_clusters(parser: argparse.ArgumentParser, clusters: str) -> None:
+    """--config, and --cluster (repeatable) with its help text."""
+    parser.add_argument("--config", required=True, help="gpumeter YAML config")
+    parser.add_argument("--cluster", action="append", metavar="NAME", help=clusters)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="gpumeter",
@@ -86,14 +92,11 @@ def build_parser() -> argparse.ArgumentParser:
         "run",
         help="meter days, one run per (cluster, day) (the Dagster job the schedule runs), and invoice their months",
     )
-    run.add_argument("--config", required=True, help="gpumeter YAML config")
     run.add_argument("--start", required=True, type=_date, help="first day, YYYY-MM-DD (UTC)")
     run.add_argument("--end", required=True, type=_date, help="last day, inclusive, YYYY-MM-DD (UTC)")
-    run.add_argument(
-        "--cluster",
-        action="append",
-        metavar="NAME",
-        help="meter this cluster of the config only; repeat for several (default: every cluster). Each "
+    _config_and_clusters(
+        run,
+        "meter this cluster of the config only; repeat for several (default: every cluster). Each "
         "(cluster, day) is its own run of the job",
     )
     run.set_defaults(func=commands.cmd_run)
@@ -104,12 +107,8 @@ def build_parser() -> argparse.ArgumentParser:
         "print each tenant's month to date with today's part apart: provisional, never invoiced, replaced by "
         "the nightly run",
     )
-    today.add_argument("--config", required=True, help="gpumeter YAML config")
-    today.add_argument(
-        "--cluster",
-        action="append",
-        metavar="NAME",
-        help="meter this cluster of the config only; repeat for several (default: every cluster)",
+    _config_and_clusters(
+        today, "meter this cluster of the config only; repeat for several (default: every cluster)"
     )
     today.set_defaults(func=commands.cmd_today)
 
@@ -180,12 +179,9 @@ def build_parser() -> argparse.ArgumentParser:
         "exporter, what was found and what to do. Exit status: 0 when nothing found would bill wrongly "
         "(warnings included), 1 when a finding would misbill, 2 on an error (config, unreachable server).",
     )
-    source_check.add_argument("--config", required=True, help="gpumeter YAML config")
-    source_check.add_argument(
-        "--cluster",
-        action="append",
-        metavar="NAME",
-        help="check this cluster only; repeat for several (default: every cluster with a Prometheus source)",
+    _config_and_clusters(
+        source_check,
+        "check this cluster only; repeat for several (default: every cluster with a Prometheus source)",
     )
     source_check.add_argument(
         "--at",

@@ -21,16 +21,9 @@ import numpy as np
 
 from gpumeter.config import Cluster, Config, PodLabelRule, PrometheusSource
 from gpumeter.ingest.contract import SourceError
+from gpumeter.ingest.prometheus import targets
 from gpumeter.ingest.prometheus.answers import UnexpectedAnswer, matrix_samples
 from gpumeter.ingest.prometheus.promql import escape_label_value
-from gpumeter.ingest.prometheus.targets import (
-    KUBERNETES_TARGET_MARKS,
-    RENAMED_PREFIX,
-    TARGET_POD_LABELS,
-    HolderReading,
-    ScrapeTargets,
-    scrape_target_labels,
-)
 from gpumeter.ingest.prometheus.transport import PrometheusTransport, iso_ms
 from gpumeter.ingest.schema import DCGM_METRICS
 
@@ -208,7 +201,7 @@ class _Check:
         dcgm = self._dcgm_series()
         up = self._up()
         kube_jobs = {
-            scrape_target_labels(g)[0]
+            targets.scrape_target_labels(g)[0]
             for metric in _KUBE_JOB_METRICS
             for g in self._groups(metric, ("job", "exported_job", cl))
         }
@@ -225,7 +218,7 @@ class _Check:
         self._scrape_paths(dcgm, up)
         self._label_dialect(dcgm)
         self._host_names(dcgm, nodes, has_kube)
-        self._intervals(dcgm, up, kube_jobs, {scrape_target_labels(p)[0] for p in prices} - {""})
+        self._intervals(dcgm, up, kube_jobs, {targets.scrape_target_labels(p)[0] for p in prices} - {""})
         self._mig_mode(dcgm)
         self._pod_labels(dcgm, has_kube)
         self._dra_labels(dcgm)
@@ -287,24 +280,24 @@ class _Check:
         if not dcgm:
             self._no_dcgm()
             return
-        targets = ScrapeTargets(self.cluster_label)
-        targets.learn_up(labels for labels, _ in up)
-        targets.learn_renamed(s.labels for s in dcgm)
-        up_targets = {scrape_target_labels(labels) for labels, _ in up}
+        scrape = targets.ScrapeTargets(self.cluster_label)
+        scrape.learn_up(labels for labels, _ in up)
+        scrape.learn_renamed(s.labels for s in dcgm)
+        up_targets = {targets.scrape_target_labels(labels) for labels, _ in up}
         by_job: dict[str, list[DcgmSeries]] = defaultdict(list)
         for s in dcgm:
-            by_job[scrape_target_labels(s.labels)[0]].append(s)
+            by_job[targets.scrape_target_labels(s.labels)[0]].append(s)
         for job, series in sorted(by_job.items()):
-            instances = sorted({scrape_target_labels(s.labels)[1] for s in series})
+            instances = sorted({targets.scrape_target_labels(s.labels)[1] for s in series})
             label_names = {name for s in series for name in s.labels}
             attaches_pods = any(
-                key[1] == job and key[2] in instances for key in targets.pods
+                key[1] == job and key[2] in instances for key in scrape.pods
             )  # a target whose `up` or renamed labels show its own pod
             path = _path_name(label_names, series, attaches_pods)
-            renamed = any(RENAMED_PREFIX + name in label_names for name in TARGET_POD_LABELS)
-            kubernetes = attaches_pods or bool(label_names & set(KUBERNETES_TARGET_MARKS))
+            renamed = any(targets.RENAMED_PREFIX + name in label_names for name in targets.TARGET_POD_LABELS)
+            kubernetes = attaches_pods or bool(label_names & set(targets.KUBERNETES_TARGET_MARKS))
             without_up = [i for i in instances if (job, i) not in up_targets]
-            unknown = [s for s in series if targets.holder(s.labels)[1] is HolderReading.UNKNOWN]
+            unknown = [s for s in series if scrape.holder(s.labels)[1] is targets.HolderReading.UNKNOWN]
             found = f"job {job or '(none)'}, {len(instances)} target(s): {path}"
             if kubernetes:
                 found += (
@@ -319,7 +312,7 @@ class _Check:
                 )
             if unknown:
                 gpus = {s.labels.get("UUID") or s.labels.get("uuid") or "?" for s in unknown}
-                bad = sorted({scrape_target_labels(s.labels)[1] for s in unknown})
+                bad = sorted({targets.scrape_target_labels(s.labels)[1] for s in unknown})
                 self.add(
                     DCGM,
                     "scrape path and who holds each GPU",
@@ -359,7 +352,7 @@ class _Check:
         names = {name for s in dcgm for name in s.labels}
         spelt = [n for n in ("Hostname", "hostname", "UUID", "uuid") if n in names]
         old = [n for n in _OLD_HOLDER_LABELS if n in names]
-        renamed = sorted(n for n in names if n.startswith(RENAMED_PREFIX))
+        renamed = sorted(n for n in names if n.startswith(targets.RENAMED_PREFIX))
         found = "node and GPU labels spelt " + (", ".join(spelt) or "neither Hostname nor UUID")
         found += (
             f"; pods named with the old labels {', '.join(old)} (--use-old-namespace)"
@@ -477,20 +470,24 @@ class _Check:
         for labels, ts in up:
             if len(ts) >= 2:
                 # Per stream (one target, one replica): the median gap outlasts a missed scrape or two.
-                gaps[scrape_target_labels(labels)[0]].append(float(np.median(np.diff(np.sort(ts)))) / 1000)
+                gaps[targets.scrape_target_labels(labels)[0]].append(
+                    float(np.median(np.diff(np.sort(ts)))) / 1000
+                )
         per_job = {job: statistics.median(values) for job, values in gaps.items()}
-        dcgm_jobs = sorted({scrape_target_labels(s.labels)[0] for s in dcgm})
+        dcgm_jobs = sorted({targets.scrape_target_labels(s.labels)[0] for s in dcgm})
         for job in dcgm_jobs:
             interval = per_job.get(job)
             how = ""
             if interval is None:
                 # No `up`: the fullest series' samples over the window say it instead.
-                most = max((s.samples for s in dcgm if scrape_target_labels(s.labels)[0] == job), default=0)
+                most = max(
+                    (s.samples for s in dcgm if targets.scrape_target_labels(s.labels)[0] == job), default=0
+                )
                 if most < 2:
                     continue
                 interval = self.window_ms / 1000 / most
                 how = " (estimated from the samples per series: no `up` recorded)"
-            series = [s for s in dcgm if scrape_target_labels(s.labels)[0] == job]
+            series = [s for s in dcgm if targets.scrape_target_labels(s.labels)[0] == job]
             found = f"job {job or '(none)'} scraped every {_seconds(interval)}{how}; configured Δ {self.delta_s} s"
             if abs(interval - self.delta_s) > INTERVAL_TOLERANCE * self.delta_s:
                 factor = self.delta_s / interval
