@@ -675,6 +675,259 @@ def test_json_schema_validates_the_example_if_jsonschema_is_installed() -> None:
     jsonschema.validate(yaml.safe_load(EXAMPLE.read_text()), config_schema())
 
 
+# --- what the config refuses of its text (docs/config.md, "What the config refuses") --------------
+
+# The classic billion laughs: nine levels of nine aliases, 9^9 (387 M) strings once expanded. Were it ever
+# expanded, this test would run out of memory instead of failing.
+BILLION_LAUGHS = 'lol: &a ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]\n' + "".join(
+    f"lol{level}: &{chr(97 + level)} [{', '.join([f'*{chr(96 + level)}'] * 9)}]\n" for level in range(1, 9)
+)
+
+
+def test_the_billion_laughs_is_the_classic_one() -> None:
+    lines = BILLION_LAUGHS.splitlines()
+    assert len(lines) == 9
+    assert lines[1] == "lol1: &b [*a, *a, *a, *a, *a, *a, *a, *a, *a]"
+    assert lines[8] == "lol8: &i [*h, *h, *h, *h, *h, *h, *h, *h, *h]"
+
+
+def test_an_alias_bomb_is_refused_at_its_first_alias_before_expanding_it() -> None:
+    [(place, message)] = problems_of(BILLION_LAUGHS)
+    assert place == "lol1[0] (line 2)"
+    assert message.startswith("YAML alias *a: the config refuses aliases")
+    assert "write the value out in full" in message
+
+
+def test_any_alias_is_refused_naming_the_field_and_line() -> None:
+    text = f"{MINIMAL}tenants:\n  - name: a\n    namespaces: &ns [ml-a]\n  - name: b\n    namespaces: *ns\n"
+    [(place, message)] = problems_of(text)
+    assert place == "tenants[1].namespaces (line 8)"
+    assert "YAML alias *ns" in message and "remove the anchor &ns" in message
+
+
+def test_a_merge_key_is_refused() -> None:
+    text = f"{MINIMAL}checks:\n  <<: {{min_coverage: 0.5}}\n  min_coverage: 0.9\n"
+    [(place, message)] = problems_of(text)
+    assert place == "checks.<< (line 5)" and "merge key" in message
+
+
+def test_a_top_level_key_given_twice_is_refused_naming_both_lines() -> None:
+    text = f"pool: p\ncurrency: USD\n{MINIMAL}currency: EUR\n"
+    [(place, message)] = problems_of(text)
+    assert place == "currency (line 6)"
+    assert "'currency' is given twice in one mapping, at line 2 and again at line 6" in message
+
+
+def test_a_nested_key_given_twice_is_refused_naming_both_lines() -> None:
+    text = """\
+    clusters:
+      - name: a
+        source: {kind: parquet, path: x}
+    rate_card:
+      models:
+        - model: H100-80GB
+          price_per_gpu_hour: 2.5
+          mig_profiles: {1g.10gb: 0.4, 1g.10gb: 0.5}
+          price_per_gpu_hour: 25
+    """
+    problems = problems_of(text)
+    first, repeat = line_of(text, "price_per_gpu_hour: 2.5"), line_of(text, "price_per_gpu_hour: 25")
+    assert problems == [
+        (
+            f"rate_card.models[0].mig_profiles.1g.10gb (line {line_of(text, 'mig_profiles')})",
+            problems[0][1],
+        ),
+        (
+            f"rate_card.models[0].price_per_gpu_hour (line {repeat})",
+            f"'price_per_gpu_hour' is given twice in one mapping, at line {first} and again at line {repeat}; "
+            "YAML would silently keep the last one: keep one",
+        ),
+    ]
+
+
+def test_keys_that_read_as_one_are_one_key() -> None:
+    """YAML 1.1 reads `yes` and `true` as one boolean key: a repeat, though spelt differently."""
+    [(place, message)] = problems_of(f"{MINIMAL}query_params:\n  yes: 1\n  true: 2\n")
+    assert place == "query_params.true (line 6)" and "at line 5 and again at line 6" in message
+
+
+@pytest.mark.parametrize(
+    ("snippet", "place"),
+    [
+        ("rate_card:\n  models:\n    - model: H\n      price_per_gpu_hour: .inf\n", "rate_card.models[0].price_per_gpu_hour"),
+        ("rate_card:\n  energy_price_per_kwh: -.inf\n", "rate_card.energy_price_per_kwh"),
+        ("idle_threshold: .nan\n", "idle_threshold"),
+        ("tenants:\n  - name: t\n    monthly_budget: .NaN\n", "tenants[0].monthly_budget"),
+        ("rate_card:\n  models:\n    - model: H\n      mig_profiles: {1g.10gb: .inf}\n", "rate_card.models[0].mig_profiles.1g.10gb"),
+        ("stranded: {min_free_memory_gib: .inf}\n", "stranded.min_free_memory_gib"),
+        ("alerts: {thresholds: [0.8, .nan]}\n", "alerts.thresholds[1]"),
+        ("clusters:\n  - name: b\n    source: {kind: prometheus, url: 'http://p', timeout_seconds: .inf}\n", "clusters[0].source.timeout_seconds"),
+    ],
+)  # fmt: skip
+def test_numbers_that_are_not_finite_are_refused(snippet: str, place: str) -> None:
+    text = snippet if snippet.startswith("clusters") else MINIMAL + snippet
+    [(got, message)] = problems_of(text)
+    assert got == f"{place} (line {len(text.splitlines())})"  # each value is on the last line
+    assert "is not a finite number" in message and ".inf and .nan are refused" in message
+
+
+@pytest.mark.parametrize("written", ["1e12", "1.0e+12", "1000000000000", "1000000001"])
+def test_a_price_past_the_bound_is_refused(written: str) -> None:
+    """YAML 1.1 reads `1e12` (no dot) as a string; pydantic then reads the number: refused all the same."""
+    text = f"{MINIMAL}rate_card:\n  models:\n    - model: H100-80GB\n      price_per_gpu_hour: {written}\n"
+    [(place, message)] = problems_of(text)
+    assert place == "rate_card.models[0].price_per_gpu_hour (line 7)"
+    assert (
+        "is more than 1,000,000,000, the most a price (per GPU-hour, MIG instance-hour or kWh) may be"
+        in message
+    )
+
+
+def test_every_price_and_the_budget_are_bounded() -> None:
+    text = """\
+    clusters:
+      - name: a
+        source: {kind: parquet, path: x}
+    rate_card:
+      energy_price_per_kwh: 2.0e+9
+      energy_price_changes:
+        - {effective_from: 2026-01-01, price_per_kwh: 2.0e+9}
+      models:
+        - model: A100-80GB
+          mig_profiles: {1g.10gb: 2.0e+9}
+          price_changes:
+            - {effective_from: 2026-01-01, price_per_gpu_hour: 2.0e+9}
+    tenants:
+      - name: t
+        monthly_budget: 2.0e+15
+    """
+    problems = problems_of(text)
+    assert [place.split(" (")[0] for place, _ in problems] == [
+        "rate_card.energy_price_per_kwh",
+        "rate_card.energy_price_changes[0].price_per_kwh",
+        "rate_card.models[0].mig_profiles.1g.10gb",
+        "rate_card.models[0].price_changes[0].price_per_gpu_hour",
+        "tenants[0].monthly_budget",
+    ]
+    assert (
+        "the most a monthly budget may be" in problems[-1][1] and "1,000,000,000,000,000" in problems[-1][1]
+    )
+    # At the bounds, accepted.
+    at_bounds = text.replace("2.0e+9", "1.0e+9").replace("2.0e+15", "1.0e+15")
+    assert parse_config(textwrap.dedent(at_bounds)).tenants[0].monthly_budget == 1e15
+
+
+@pytest.mark.parametrize(
+    ("snippet", "place"),
+    [
+        ("kube_lookback_seconds: 86401\n", "kube_lookback_seconds"),
+        ("kube_lookback_seconds: " + "9" * 400 + "\n", "kube_lookback_seconds"),
+        ("stranded: {min_free_cpu_cores: 1.0e+6}\n", "stranded.min_free_cpu_cores"),
+        ("stranded: {min_free_memory_gib: 1.0e+7}\n", "stranded.min_free_memory_gib"),
+    ],
+)
+def test_sizes_and_times_are_bounded(snippet: str, place: str) -> None:
+    [(got, message)] = problems_of(MINIMAL + snippet)
+    assert got == f"{place} (line 4)" and "less than or equal to" in message
+
+
+def test_a_5000_character_tenant_name_is_refused_without_printing_it() -> None:
+    [(place, message)] = problems_of(f"{MINIMAL}tenants:\n  - name: {'t' * 5000}\n")
+    assert place == "tenants[0].name (line 5)"
+    assert "a value of 5,000 characters" in message and "a name at most 63" in message
+    assert "t" * 100 not in message
+
+
+@pytest.mark.parametrize(("section", "what"), [("tenants", "tenant name"), ("clusters", "cluster name")])
+def test_a_name_longer_than_63_characters_is_refused(section: str, what: str) -> None:
+    name = "n" * 64
+    if section == "tenants":
+        text = f"{MINIMAL}tenants:\n  - name: {name}\n"
+        place = "tenants[0].name (line 5)"
+    else:
+        text = f"clusters:\n  - name: {name}\n    source: {{kind: parquet, path: x}}\n"
+        place = "clusters[0].name (line 2)"
+    [(got, message)] = problems_of(text)
+    assert got == place
+    assert f"{what} 'nnnnnnnnnnnnnnnnnnnnnnnn…' is 64 characters long; at most 63 are accepted" in message
+    # 63 characters are fine.
+    assert parse_config(text.replace(name, name[:63]))
+
+
+@pytest.mark.parametrize(
+    ("name", "shown"), [("team/a", "'/'"), ("'team\\a'", "'\\\\'"), ('"team\\0a"', "'\\x00'"), ("../x", "")]
+)
+def test_a_name_that_would_make_a_folder_or_end_a_file_name_is_refused(name: str, shown: str) -> None:
+    [(place, message)] = problems_of(f"{MINIMAL}tenants:\n  - name: {name}\n")
+    assert place == "tenants[0].name (line 5)"
+    assert "may hold only letters, digits, '.', '_' and '-'" in message
+    assert "it becomes part of file and folder names" in message
+    assert shown in message
+
+
+def test_a_cluster_name_with_a_slash_is_refused() -> None:
+    [(place, message)] = problems_of("clusters:\n  - name: prod/a\n    source: {kind: parquet, path: x}\n")
+    assert place == "clusters[0].name (line 2)" and "cluster name 'prod/a' may hold only" in message
+
+
+@pytest.mark.parametrize(
+    ("snippet", "place", "said"),
+    [
+        ("pool: " + "p" * 129 + "\n", "pool (line 4)", "at most 128 are accepted, as it is printed on invoices"),
+        ("tenants:\n  - {name: t, cost_center: '" + "c" * 129 + "'}\n", "tenants[0].cost_center (line 5)", "at most 128"),
+        ("tenants:\n  - {name: t, cost_center: \"CC\\n42\"}\n", "tenants[0].cost_center (line 5)", "control character"),
+        ("rate_card:\n  models:\n    - model: \"H100\\0\"\n", "rate_card.models[0].model (line 6)", "control character"),
+    ],
+)  # fmt: skip
+def test_texts_printed_on_invoices_are_bounded(snippet: str, place: str, said: str) -> None:
+    [(got, message)] = problems_of(MINIMAL + snippet)
+    assert got == place and said in message
+
+
+def test_any_value_is_at_most_4096_characters() -> None:
+    [(place, message)] = problems_of(f"{MINIMAL}warehouse:\n  path: {'x' * 4097}\n")
+    assert place == "warehouse.path (line 5)" and "refuses any value over 4,096" in message
+    assert parse_config(f"{MINIMAL}warehouse:\n  path: {'x' * 4096}\n").warehouse.path == "x" * 4096
+
+
+def test_nesting_past_any_field_is_refused_not_a_recursion_error() -> None:
+    [(place, message)] = problems_of(f"{MINIMAL}pool: {'[' * 5000}{']' * 5000}\n")
+    assert place.startswith("pool[0]") and place.endswith("(line 4)")
+    assert "nested more than 20 levels deep" in message
+
+
+def test_a_config_past_the_size_bound_is_refused_unread(tmp_path: Path) -> None:
+    path = tmp_path / "huge.yaml"
+    path.write_text(MINIMAL + "#" * config_module.MAX_CONFIG_CHARS + "\n")
+    with pytest.raises(ConfigError) as caught:
+        load_config(path)
+    assert caught.value.problems == [
+        ("", f"is longer than 4,194,304 characters, the most a config may be ({config_module.REFUSES})")
+    ]
+
+
+def test_a_scalar_yaml_cannot_read_is_a_problem_not_a_crash() -> None:
+    text = f"{MINIMAL}tenants:\n  - name: t\n    dated_rules:\n      - {{effective_from: 0000-01-01, namespaces: [a]}}\n"
+    [(place, message)] = problems_of(text)
+    assert place == "tenants[0].dated_rules[0].effective_from (line 7)"
+    assert "'0000-01-01' is not a value YAML can read: year 0 is out of range" in message
+
+
+def test_a_config_built_in_code_is_bounded_too() -> None:
+    base: dict[str, Any] = {"clusters": [{"name": "a", "source": {"kind": "parquet", "path": "x"}}]}
+    with pytest.raises(ValueError, match="finite number"):
+        Config.model_validate({**base, "idle_threshold": float("nan")})
+    with pytest.raises(ValueError, match="less than or equal to 1000000000"):
+        Config.model_validate({**base, "rate_card": {"energy_price_per_kwh": 1e12}})
+    with pytest.raises(ValueError, match="at most 63 are accepted"):
+        Config.model_validate({**base, "tenants": [{"name": "t" * 64}]})
+
+
+def test_the_example_config_is_within_every_bound() -> None:
+    """The shipped example keeps passing (no aliases, no repeated keys, every value within its bound)."""
+    assert load_config(EXAMPLE).pool == "demo-ai-factory"
+
+
 # --- the CLI ---------------------------------------------------------------------------------
 
 
@@ -743,6 +996,30 @@ def test_cli_config_check_invalid_yaml_exits_2(tmp_path: Path, capsys: pytest.Ca
     assert main(["config", "check", str(path)]) == 2
     err = capsys.readouterr().err
     assert str(path) in err and "not valid YAML" in err and "line 2" in err
+
+
+@pytest.mark.parametrize(
+    ("text", "said"),
+    [
+        (BILLION_LAUGHS, "lol1[0] (line 2): YAML alias *a: the config refuses aliases"),
+        (f"currency: USD\n{MINIMAL}currency: EUR\n", "currency (line 5): 'currency' is given twice in one mapping, at line 1 and again at line 5"),
+        (f"{MINIMAL}rate_card: {{energy_price_per_kwh: .inf}}\n", "rate_card.energy_price_per_kwh (line 4): inf is not a finite number"),
+        (f"{MINIMAL}tenants:\n  - name: {'t' * 5000}\n", "tenants[0].name (line 5): a value of 5,000 characters"),
+        (f"{MINIMAL}tenants:\n  - name: team/a\n", "tenants[0].name (line 5): tenant name 'team/a' may hold only"),
+    ],
+)  # fmt: skip
+def test_cli_config_check_refuses_unbounded_text_with_one_line_and_exit_2(
+    text: str, said: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    main = _cli_main()
+    path = tmp_path / "refused.yaml"
+    path.write_text(text)
+    assert main(["config", "check", str(path)]) == 2
+    captured = capsys.readouterr()
+    err = " ".join(captured.err.split())  # rich may wrap long lines
+    assert captured.out == "" and "Traceback" not in err
+    assert err.startswith(f"error: {path}: {said}")
+    assert err.count(f"{path}: ") == 1  # one problem, one line
 
 
 def test_cli_config_schema_prints_the_schema(capsys: pytest.CaptureFixture[str]) -> None:

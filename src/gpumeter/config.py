@@ -25,6 +25,7 @@ from pydantic import (
     field_validator,
     model_validator,
 )
+from pydantic_core import ErrorDetails
 
 # Where a config comes from when none is named: $GPUMETER_CONFIG, else the demo's (`gpumeter demo` writes it),
 # else the example shipped in the package.
@@ -61,6 +62,63 @@ def iso_minor_unit(code: str) -> int | None:
 
 
 _LABEL_KEY = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
+
+# Bounds of the values (docs/config.md, "What the config refuses"). Far above anything real in any currency,
+# far below what would overflow the exact money arithmetic (R12) or a file system: a value past them is a typo.
+MAX_PRICE = 1e9  # per GPU-hour, MIG instance-hour or kWh
+MAX_BUDGET = 1e15  # a tenant's monthly budget
+MAX_NAME_CHARS = 63  # a name that becomes part of file and folder names (Kubernetes' DNS label limit)
+MAX_TEXT_CHARS = 128  # a free text shown on invoices (pool, cost center, GPU model)
+_FILE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+REFUSES = 'docs/config.md, "What the config refuses"'
+
+
+def _preview(value: str) -> str:
+    return repr(value if len(value) <= 40 else value[:24] + "…")
+
+
+def _file_name_part(value: object, what: str) -> object:
+    """A name that becomes part of file and folder names (invoice files, `cluster=<c>` partitions): at most
+    MAX_NAME_CHARS of letters, digits, `.`, `_` and `-`, starting with a letter or digit."""
+    if not isinstance(value, str):
+        return value
+    if len(value) > MAX_NAME_CHARS:
+        raise ValueError(
+            f"{what} {_preview(value)} is {len(value):,} characters long; at most {MAX_NAME_CHARS} are accepted, "
+            "as it becomes part of file and folder names: shorten it"
+        )
+    if not _FILE_NAME.match(value):
+        bad = sorted({c for c in value if c in "/\\" or not c.isprintable()})
+        why = (
+            f" ({', '.join(repr(c) for c in bad)} in a file name would be a folder or end the name)"
+            if bad
+            else ""
+        )
+        raise ValueError(
+            f"{what} {_preview(value)} may hold only letters, digits, '.', '_' and '-', starting with a letter "
+            f"or digit: it becomes part of file and folder names{why}"
+        )
+    return value
+
+
+def _invoice_text(value: object, what: str) -> object:
+    """A free text printed on invoices: at most MAX_TEXT_CHARS, no control characters (a newline or NUL)."""
+    if not isinstance(value, str):
+        return value
+    if len(value) > MAX_TEXT_CHARS:
+        raise ValueError(
+            f"{what} {_preview(value)} is {len(value):,} characters long; at most {MAX_TEXT_CHARS} are accepted, "
+            "as it is printed on invoices: shorten it"
+        )
+    if any(not c.isprintable() for c in value):
+        raise ValueError(
+            f"{what} {_preview(value)} holds a control character (a newline, tab or NUL); it is printed on "
+            "invoices as one line: remove it"
+        )
+    return value
+
+
+Price = Annotated[float, Field(ge=0, le=MAX_PRICE)]
 _MIG_PROFILE = re.compile(r"^(\d+)g\.(\d+)gb(\+me)?$")
 
 
@@ -75,7 +133,8 @@ class ConfigError(ValueError):
 
 
 class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # Every float field is finite: `.inf` and `.nan` are refused (docs/config.md, "What the config refuses").
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class ParquetSource(_Model):
@@ -93,7 +152,7 @@ class PrometheusSource(_Model):
     bearer_token_env: str | None = Field(None, description="Name of an environment variable holding a token.")
     headers_env: str | None = Field(None, description="Environment variable holding extra headers as JSON.")
     verify_tls: bool = True
-    timeout_seconds: float = Field(60.0, gt=0)
+    timeout_seconds: float = Field(60.0, gt=0, le=3600)
     retries: int = Field(3, ge=0, le=20)
     max_concurrent_queries: int = Field(4, ge=1, le=64)
     encoding: Literal["gzip", "identity"] = Field(
@@ -113,9 +172,14 @@ class PrometheusSource(_Model):
     chunk_seconds: int = Field(
         3600, ge=1, le=7 * 86_400, description="Length of one pull window (one query per metric and window)."
     )
-    min_chunk_seconds: int = Field(60, ge=1, description="Smallest window when the server says too large.")
+    min_chunk_seconds: int = Field(
+        60, ge=1, le=7 * 86_400, description="Smallest window when the server says too large."
+    )
     dedupe_bucket_seconds: int = Field(
-        3600, ge=1, description="The pull's part size (two parts at most are held in memory); divides a day."
+        3600,
+        ge=1,
+        le=86_400,
+        description="The pull's part size (two parts at most are held in memory); divides a day.",
     )
     pushdown: bool = Field(True, description="Ask aggregates first where that stays exact (XID errors).")
     query_params: dict[str, str] = Field(
@@ -218,7 +282,7 @@ Source = Annotated[ParquetSource | PrometheusSource, Field(discriminator="kind")
 
 
 class Cluster(_Model):
-    name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+    name: str = Field(min_length=1, max_length=MAX_NAME_CHARS, pattern=_FILE_NAME.pattern)
     source: Source
     cluster_label: str = Field("cluster", description="Series label naming the cluster (R: vocabulary).")
     scrape_interval_seconds: int | None = Field(
@@ -228,6 +292,11 @@ class Cluster(_Model):
         description="Δ of this cluster's exporters, where it differs from the pool's scrape_interval_seconds "
         "(docs/rules.md).",
     )
+
+    @field_validator("name", mode="before")
+    @classmethod
+    def _name_for_folders(cls, value: object) -> object:
+        return _file_name_part(value, "cluster name")
 
 
 def _mig_profile_key(profile: str) -> str:
@@ -253,7 +322,7 @@ def _in_date_order(changes: Sequence[PriceChange | EnergyPriceChange]) -> None:
             )
 
 
-MigProfilePrices = dict[Annotated[str, AfterValidator(_mig_profile_key)], Annotated[float, Field(ge=0)]]
+MigProfilePrices = dict[Annotated[str, AfterValidator(_mig_profile_key)], Price]
 
 
 class PriceChange(_Model):
@@ -261,7 +330,9 @@ class PriceChange(_Model):
     metered again after a price change keeps its own day's prices (docs/config.md, "Price changes")."""
 
     effective_from: date = Field(description="The first UTC day metered at these prices.")
-    price_per_gpu_hour: float = Field(ge=0, description="The model's price per GPU-hour from that day on.")
+    price_per_gpu_hour: float = Field(
+        ge=0, le=MAX_PRICE, description="The model's price per GPU-hour from that day on."
+    )
     mig_profiles: MigProfilePrices = Field(
         default_factory=dict,
         description="Its explicit prices per MIG instance-hour from that day on (a profile not named: weight × "
@@ -270,12 +341,14 @@ class PriceChange(_Model):
 
 
 class GpuModelPrice(_Model):
-    model: str = Field(min_length=1, description="Canonical model name, e.g. H100-80GB.")
+    model: str = Field(
+        min_length=1, max_length=MAX_TEXT_CHARS, description="Canonical model name, e.g. H100-80GB."
+    )
     aliases: list[str] = Field(
         default_factory=list,
         description="modelName values (exact, or shell globs like 'NVIDIA H100*') that mean this model.",
     )
-    price_per_gpu_hour: float | None = Field(None, ge=0)
+    price_per_gpu_hour: float | None = Field(None, ge=0, le=MAX_PRICE)
     mig_profiles: MigProfilePrices = Field(
         default_factory=dict,
         description="Explicit price per MIG instance-hour, by profile (else weight × the GPU's price).",
@@ -284,6 +357,11 @@ class GpuModelPrice(_Model):
         default_factory=list,
         description="Later prices, each from a UTC day on, in date order; before the first, the prices above.",
     )
+
+    @field_validator("model", mode="before")
+    @classmethod
+    def _model_text(cls, value: object) -> object:
+        return _invoice_text(value, "model")
 
     @field_validator("price_changes")
     @classmethod
@@ -320,7 +398,9 @@ class EnergyPriceChange(_Model):
 
     effective_from: date = Field(description="The first UTC day metered at this energy price.")
     price_per_kwh: float | None = Field(
-        ge=0, description="The price of one kWh from that day on; null: no energy lines from that day on."
+        ge=0,
+        le=MAX_PRICE,
+        description="The price of one kWh from that day on; null: no energy lines from that day on.",
     )
 
 
@@ -340,6 +420,7 @@ class RateCard(_Model):
     energy_price_per_kwh: float | None = Field(
         None,
         ge=0,
+        le=MAX_PRICE,
         description="Price of one kWh of GPU energy; set, invoices get `energy` lines (docs/tariffs.md).",
     )
     energy_price_changes: list[EnergyPriceChange] = Field(
@@ -435,8 +516,8 @@ class DatedRules(_Model):
 
 
 class Tenant(_Model):
-    name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
-    cost_center: str | None = None
+    name: str = Field(min_length=1, max_length=MAX_NAME_CHARS, pattern=_FILE_NAME.pattern)
+    cost_center: str | None = Field(None, max_length=MAX_TEXT_CHARS)
     namespaces: NamespacePatterns = Field(default_factory=list, description="Namespace names or shell globs.")
     vclusters: list[str] = Field(default_factory=list, description="vCluster names (host pod label).")
     pod_labels: list[PodLabelRule] = Field(default_factory=list)
@@ -444,7 +525,7 @@ class Tenant(_Model):
         default_factory=list,
         description="More rules, each in effect from or until a UTC day (a namespace handed over on a date).",
     )
-    monthly_budget: float | None = Field(None, ge=0)
+    monthly_budget: float | None = Field(None, ge=0, le=MAX_BUDGET)
     kueue_cluster_queues: list[str] = Field(
         default_factory=list,
         description="Kueue ClusterQueues whose quota is this tenant's (mart_queue_quota_usage).",
@@ -454,6 +535,8 @@ class Tenant(_Model):
     @classmethod
     def _not_reserved(cls, value: object) -> object:
         # Before the name pattern, so that `__idle__` is told it is reserved, not that it is misspelt.
+        if isinstance(value, str) and len(value) > MAX_NAME_CHARS:
+            return _file_name_part(value, "tenant name")
         if value in RESERVED_BUCKETS:
             raise ValueError(
                 f"tenant name {value!r} is reserved for the bucket of that name (idle capacity or GPU time no "
@@ -466,7 +549,12 @@ class Tenant(_Model):
                 f"tenant name {value!r} reads as the reserved bucket {bucket} ({what}, invoiced to nobody) "
                 "on invoices; choose another name"
             )
-        return value
+        return _file_name_part(value, "tenant name")
+
+    @field_validator("cost_center", mode="before")
+    @classmethod
+    def _cost_center_text(cls, value: object) -> object:
+        return _invoice_text(value, "cost_center")
 
 
 # URI schemes of a warehouse on an object store, and the fsspec driver package each one needs.
@@ -540,8 +628,8 @@ class Warehouse(_Model):
 class Stranded(_Model):
     """When free GPUs on a node count as `unschedulable` for lack of CPU or memory (R11)."""
 
-    min_free_cpu_cores: float = Field(1.0, ge=0)
-    min_free_memory_gib: float = Field(4.0, ge=0)
+    min_free_cpu_cores: float = Field(1.0, ge=0, le=100_000)
+    min_free_memory_gib: float = Field(4.0, ge=0, le=1_000_000)
 
 
 class Checks(_Model):
@@ -657,7 +745,7 @@ class Alerts(_Model):
 
 
 class Config(_Model):
-    pool: str = Field("gpu-pool", description="Name of the pool on invoices.")
+    pool: str = Field("gpu-pool", max_length=MAX_TEXT_CHARS, description="Name of the pool on invoices.")
     currency: str = Field("USD", pattern=r"^[A-Z]{3}$")
     currency_minor_unit: int | None = Field(None, ge=0, le=4, validate_default=True)
     scrape_interval_seconds: int = Field(
@@ -666,6 +754,7 @@ class Config(_Model):
     kube_lookback_seconds: int = Field(
         300,
         gt=0,
+        le=86_400,
         description="How long a kube-state-metrics sample describes DCGM samples when its exporter is no longer "
         "scraped (else until the exporter's next scrape), and how long an OpenCost price holds.",
     )
@@ -690,6 +779,11 @@ class Config(_Model):
     alerts: Alerts | None = Field(
         None, description="Budget alerts to a webhook (docs/tariffs.md); unset, none are sent."
     )
+
+    @field_validator("pool", mode="before")
+    @classmethod
+    def _pool_text(cls, value: object) -> object:
+        return _invoice_text(value, "pool")
 
     @field_validator("currency")
     @classmethod
@@ -815,6 +909,29 @@ def select_clusters(config: Config, clusters: Iterable[str] | None) -> list[str]
 # --- loading ---------------------------------------------------------------------------------
 
 
+# Bounds whose pydantic message ("less than or equal to 1000000000") is told with what it means.
+_AMOUNT_BOUNDS = {
+    MAX_PRICE: "a price (per GPU-hour, MIG instance-hour or kWh)",
+    MAX_BUDGET: "a monthly budget",
+}
+
+
+def _message(err: ErrorDetails) -> str:
+    """A pydantic error's message, saying what to do where pydantic's does not."""
+    kind, ctx, given = err["type"], err.get("ctx") or {}, err.get("input")
+    shown = _preview(given) if isinstance(given, str) else repr(given)
+    if kind == "finite_number":
+        return (
+            f"{shown} is not a finite number: write the number itself (.inf and .nan are refused; {REFUSES})"
+        )
+    if kind == "less_than_equal" and ctx.get("le") in _AMOUNT_BOUNDS:
+        return (
+            f"{shown} is more than {ctx['le']:,.0f}, the most {_AMOUNT_BOUNDS[ctx['le']]} may be in any "
+            f"currency: a typo? write the amount in `currency` ({REFUSES})"
+        )
+    return err["msg"]
+
+
 def _place(loc: tuple[Any, ...]) -> str:
     out = ""
     for part in loc:
@@ -829,28 +946,190 @@ def _place(loc: tuple[Any, ...]) -> str:
     return out
 
 
-def _line_numbers(text: str) -> dict[str, int]:
-    """Map each place (`tenants[2].namespaces[0]`) in the YAML text to its 1-based line."""
-    lines: dict[str, int] = {}
+# Bounds of the text itself: checked while the YAML is composed, before any Python object is built, so that a
+# hostile or mistyped file is refused at once instead of running away with memory.
+MAX_CONFIG_CHARS = 4 * 1024 * 1024  # a config of thousands of tenants is a few hundred kB
+MAX_DEPTH = 20  # the deepest field of the models is 7 levels down
+MAX_SCALAR_CHARS = 4096  # any one value or key (a path: PATH_MAX)
+
+
+class _Refused(Exception):
+    """A problem of the YAML text found while reading it: its place, 1-based line and message."""
+
+    def __init__(self, place: str, line: int, message: str):
+        super().__init__(message)
+        self.place, self.line, self.message = place, line, message
+
+
+class _TextProblems(Exception):
+    """Problems of the YAML text, as ConfigError's (place, message) without the source."""
+
+    def __init__(self, problems: list[tuple[str, str]]):
+        super().__init__(problems)
+        self.problems = problems
+
+
+def _label(place: str, line: int) -> str:
+    if not line:
+        return place
+    return f"{place} (line {line})" if place else f"line {line}"
+
+
+class _BadValue(Exception):
+    """A scalar YAML cannot make a value of (a date of year 0): the node, and why."""
+
+    def __init__(self, node: yaml.Node, reason: str):
+        super().__init__(reason)
+        self.node, self.reason = node, reason
+
+
+class _ConfigLoader(yaml.SafeLoader):
+    """yaml.SafeLoader that refuses aliases and nesting past MAX_DEPTH while composing: a billion-laughs
+    document (nine levels of nine aliases) is refused at its first alias, before anything is expanded."""
+
+    def __init__(self, text: str):
+        super().__init__(text)
+        self._places: list[str] = []
+
+    def compose_node(self, parent: yaml.Node | None, index: object) -> yaml.Node:  # type: ignore[override]
+        above = self._places[-1] if self._places else ""
+        if parent is None or index is None:  # the document, or a key: the key is placed at its mapping
+            place = above
+        elif isinstance(index, int):
+            place = f"{above}[{index}]"
+        else:
+            key = getattr(index, "value", index)
+            place = f"{above}.{key}" if above else str(key)
+        if self.check_event(yaml.AliasEvent):
+            event = self.peek_event()
+            raise _Refused(
+                place,
+                event.start_mark.line + 1,
+                f"YAML alias *{event.anchor}: the config refuses aliases (a few lines of them can expand to "
+                f"gigabytes); write the value out in full where it is used, and remove the anchor &{event.anchor}",
+            )
+        if len(self._places) >= MAX_DEPTH:
+            event = self.peek_event()
+            raise _Refused(
+                place,
+                event.start_mark.line + 1,
+                f"nested more than {MAX_DEPTH} levels deep, which no field of the config is: a YAML mistake? ({REFUSES})",
+            )
+        self._places.append(place)
+        try:
+            return super().compose_node(parent, index)  # type: ignore[no-any-return, arg-type]
+        finally:
+            self._places.pop()
+
+    def construct_object(self, node: yaml.Node, deep: bool = False) -> Any:
+        try:
+            return super().construct_object(node, deep=deep)
+        except (ValueError, OverflowError) as exc:  # YAML errors pass; _BadValue is neither
+            raise _BadValue(node, str(exc)) from None
+
+
+def _key_of(loader: _ConfigLoader, key: yaml.Node) -> object:
+    """What a mapping key is once read: `on` and `true` are one key (YAML 1.1's true), `1` and `01` another."""
+    if isinstance(key, yaml.ScalarNode):
+        try:
+            value = loader.construct_object(key, deep=True)
+            hash(value)
+            return (type(value).__name__, value)
+        except (_BadValue, yaml.YAMLError, TypeError):
+            loader.recursive_objects.pop(key, None)  # left behind by a failed construction: built again below
+        return (key.tag, key.value)
+    return (key.tag, id(key))  # a complex key: never a repeat of another
+
+
+def _read_yaml(text: str) -> tuple[Any, dict[str, int]]:
+    """The YAML text as Python data, and the line of each place in it (`tenants[2].namespaces[0]` -> 9).
+    yaml.YAMLError for text that is not YAML; _TextProblems for what the config refuses of YAML itself:
+    aliases, nesting past MAX_DEPTH, values over MAX_SCALAR_CHARS, merge keys, a key given twice in one
+    mapping, and scalars YAML cannot read (a date of year 0)."""
+    if len(text) > MAX_CONFIG_CHARS:
+        raise _TextProblems([("", _too_long_text())])
     try:
-        root = yaml.compose(text, Loader=yaml.SafeLoader)
-    except yaml.YAMLError:
-        return lines
+        return _compose_and_read(text)
+    except _Refused as refused:
+        raise _TextProblems([(_label(refused.place, refused.line), refused.message)]) from None
 
-    def walk(node: yaml.Node, place: str) -> None:
-        lines.setdefault(place, node.start_mark.line + 1)
-        if isinstance(node, yaml.MappingNode):
-            for key, value in node.value:
-                child = f"{place}.{key.value}" if place else str(key.value)
-                lines[child] = key.start_mark.line + 1
-                walk(value, child)
-        elif isinstance(node, yaml.SequenceNode):
-            for index, item in enumerate(node.value):
-                walk(item, f"{place}[{index}]")
 
-    if root is not None:
+def _too_long_text() -> str:
+    return f"is longer than {MAX_CONFIG_CHARS:,} characters, the most a config may be ({REFUSES})"
+
+
+def _compose_and_read(text: str) -> tuple[Any, dict[str, int]]:
+    loader = _ConfigLoader(text)
+    try:
+        root = loader.get_single_node()
+        lines: dict[str, int] = {}
+        places: dict[int, str] = {}
+        problems: list[_Refused] = []
+
+        def walk(node: yaml.Node, place: str) -> None:
+            lines.setdefault(place, node.start_mark.line + 1)
+            places[id(node)] = place
+            if isinstance(node, yaml.ScalarNode):
+                if len(node.value) > MAX_SCALAR_CHARS:
+                    problems.append(
+                        _Refused(
+                            place,
+                            node.start_mark.line + 1,
+                            f"a value of {len(node.value):,} characters: the config refuses any value over "
+                            f"{MAX_SCALAR_CHARS:,} (a name at most {MAX_NAME_CHARS}, a text on invoices at most "
+                            f"{MAX_TEXT_CHARS}; {REFUSES})",
+                        )
+                    )
+            elif isinstance(node, yaml.MappingNode):
+                seen: dict[object, yaml.Node] = {}
+                for key, value in node.value:
+                    child = f"{place}.{key.value}" if place else str(key.value)
+                    if isinstance(key, yaml.ScalarNode) and len(key.value) > MAX_SCALAR_CHARS:
+                        child = place  # a key that long is no field: place it at its mapping
+                    line = key.start_mark.line + 1
+                    lines[child] = line
+                    if key.tag == "tag:yaml.org,2002:merge":
+                        problems.append(
+                            _Refused(
+                                child,
+                                line,
+                                "a YAML merge key `<<`: the config refuses merges (a merged field and one "
+                                "written out would be one field set twice); write the fields out",
+                            )
+                        )
+                    which = _key_of(loader, key)
+                    if which in seen:
+                        first = seen[which].start_mark.line + 1
+                        problems.append(
+                            _Refused(
+                                child,
+                                line,
+                                f"{key.value!r} is given twice in one mapping, at line {first} and again at "
+                                f"line {line}; YAML would silently keep the last one: keep one",
+                            )
+                        )
+                    else:
+                        seen[which] = key
+                    walk(value, child)
+            elif isinstance(node, yaml.SequenceNode):
+                for index, item in enumerate(node.value):
+                    walk(item, f"{place}[{index}]")
+
+        if root is None:
+            return None, lines
         walk(root, "")
-    return lines
+        if problems:
+            raise _TextProblems([(_label(p.place, p.line), p.message) for p in problems])
+        try:
+            return loader.construct_document(root), lines
+        except _BadValue as bad:
+            place = places.get(id(bad.node), "")
+            line = bad.node.start_mark.line + 1
+            what = getattr(bad.node, "value", "")
+            shown = repr(what) if isinstance(what, str) and len(what) <= 40 else "the value"
+            raise _Refused(place, line, f"{shown} is not a value YAML can read: {bad.reason}") from None
+    finally:
+        loader.dispose()
 
 
 def _slug_clash(name: str, other: str, where: str = "") -> str:
@@ -900,11 +1179,13 @@ def _name_problems(raw: dict[str, Any]) -> list[tuple[tuple[Any, ...], str]]:
 def parse_config(text: str, source: str = "<config>", base_dir: Path | None = None) -> Config:
     """Parse and validate; every problem is reported with its place (and line) in the file."""
     try:
-        raw = yaml.safe_load(text)
+        raw, lines = _read_yaml(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else ""
         raise ConfigError(source, [(where, f"not valid YAML: {getattr(exc, 'problem', exc)}")]) from None
+    except _TextProblems as refused:
+        raise ConfigError(source, refused.problems) from None
     if not isinstance(raw, dict):
         raise ConfigError(
             source, [("", "the file must be a YAML mapping (`gpumeter config example` prints one)")]
@@ -913,18 +1194,17 @@ def parse_config(text: str, source: str = "<config>", base_dir: Path | None = No
     try:
         config = Config.model_validate(raw)
     except ValidationError as exc:
-        found = [(err["loc"], err["msg"]) for err in exc.errors()]
+        found = [(err["loc"], _message(err)) for err in exc.errors()]
         if names:  # Config's own name check (no place) repeats what _name_problems found, with places
             found = [(loc, msg) for loc, msg in found if loc]
-        raise ConfigError(source, _placed(text, [*found, *names])) from None
+        raise ConfigError(source, _placed(lines, [*found, *names])) from None
     if base_dir is not None:
         config = _resolve_paths(config, base_dir)
     return config
 
 
-def _placed(text: str, found: list[tuple[tuple[Any, ...], str]]) -> list[tuple[str, str]]:
+def _placed(lines: dict[str, int], found: list[tuple[tuple[Any, ...], str]]) -> list[tuple[str, str]]:
     """(loc, message) -> ("place (line N)", message), in the order of the file."""
-    lines = _line_numbers(text)
     placed: list[tuple[int, str, str]] = []
     for loc, msg in found:
         place = _place(loc)
@@ -982,7 +1262,8 @@ def default_config_path() -> Path:
 def load_config(path: str | os.PathLike[str]) -> Config:
     file = Path(path)
     try:
-        text = file.read_text(encoding="utf-8")
+        with file.open(encoding="utf-8") as handle:  # no more than parse_config takes, however large the file
+            text = handle.read(MAX_CONFIG_CHARS + 1)
     except FileNotFoundError:
         raise ConfigError(
             str(file), [("", "file not found; `gpumeter demo` writes an example config")]
