@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from gpumeter.billing import adjustments, periods
+from gpumeter.billing import adjustments, periods, refusals
 from gpumeter.billing.exports import EXPORT_KINDS, write_exports
 from gpumeter.billing.invoices import INVOICE_SCHEMA, Period, Reconciliation, reconcile
 from gpumeter.config import Config
@@ -40,12 +40,53 @@ def _pool(warehouse: Warehouse, days: list[date]) -> pa.Table:
     return pool
 
 
+def _plan(
+    config: Config, warehouse: Warehouse, period: Period, action: str, config_path: str
+) -> tuple[pa.Table, list[adjustments.Correction], Reconciliation]:
+    """The open month's lines as its stored days say now, with the adjustments it carries, and their
+    reconciliation; nothing is written. Refused (gpumeter.billing.refusals.MonthRefused) when a day they are
+    rolled up from is half written, or when they do not reconcile."""
+    refusals.check_days_whole(
+        warehouse, period, action, config_path, adjustments.corrected_periods(warehouse, period)
+    )
+    lines, found = adjustments.roll_up(config, warehouse, period, lambda t, d: read_mart(warehouse, t, d))
+    delta = sum((c.pool_delta for c in found), Decimal(0))
+    reconciliation = reconcile(
+        lines, _pool(warehouse, period.days()), period, config.minor_unit, corrections=delta
+    )
+    refusals.check_reconciles(warehouse, period, reconciliation, config.currency, action, config_path)
+    return lines, found, reconciliation
+
+
+def check_month(
+    config: Config,
+    warehouse: Warehouse,
+    period_key: str,
+    *,
+    action: str = refusals.INVOICED,
+    config_path: str = "F",
+) -> Reconciliation | None:
+    """Whether the month can be invoiced (or closed: `action`), before anything is run or written: raises
+    MonthRefused naming a half-written day or the difference that keeps it from reconciling. None for a
+    closed month, which is never rolled up again. `config_path` is named in the command to run."""
+    period = Period.parse(period_key[:7])
+    if periods.is_closed(warehouse, str(period)):
+        return None
+    return _plan(config, warehouse, period, action, config_path)[2]
+
+
 def roll_up_month(
-    config: Config, warehouse: Warehouse, period_key: str, *, with_exports: bool = True
+    config: Config,
+    warehouse: Warehouse,
+    period_key: str,
+    *,
+    with_exports: bool = True,
+    config_path: str = "F",
 ) -> MonthSummary:
     """Invoice lines of the month from its stored days (R2: the month is the sum of its days), plus the
     adjustments it carries for closed periods (R16). A closed month is not rolled up again: its lines and
-    files stay as closed, and the summary says so."""
+    files stay as closed, and the summary says so. A month with a half-written day, or whose lines do not
+    reconcile with its pool cost, is refused (MonthRefused) before anything is written."""
     period = Period.parse(period_key[:7])
     key = str(period)
     days = period.days()
@@ -73,15 +114,14 @@ def roll_up_month(
             closed=True,
             adjustment_count=len(corrections),
         )
-    lines, found = adjustments.roll_up(config, warehouse, period, lambda t, d: read_mart(warehouse, t, d))
+    lines, found, reconciliation = _plan(config, warehouse, period, refusals.INVOICED, config_path)
     warehouse.write_period(MARTS, "invoice_lines", key, lines)
     exports = export_month(config, warehouse, key, "all") if with_exports else []
-    delta = sum((c.pool_delta for c in found), Decimal(0))
     return MonthSummary(
         key,
         lines.num_rows,
         day_count,
-        reconcile(lines, _pool(warehouse, days), period, config.minor_unit, corrections=delta),
+        reconciliation,
         exports,
         adjustment_count=sum(len(c.lines) for c in found),
     )

@@ -15,7 +15,9 @@ from pathlib import Path
 from rich.markup import escape
 
 from gpumeter.billing.invoices import Period
+from gpumeter.billing.month import check_month
 from gpumeter.billing.periods import close_period, exports_dir, is_closed, read_manifest, reopen_period
+from gpumeter.billing.refusals import CLOSED, INVOICED
 from gpumeter.cli import render
 from gpumeter.cli.render import console
 from gpumeter.config import (
@@ -174,7 +176,10 @@ def cmd_invoices(args: argparse.Namespace) -> int:
     from gpumeter.pipelines.launch import invoice_month
 
     config_path = Path(args.config)
-    warehouse = Warehouse.of(load_config(config_path).warehouse)
+    config = load_config(config_path)
+    warehouse = Warehouse.of(config.warehouse)
+    # Refused (exit 2, one line) before anything runs: a half-written day, or a month that does not reconcile.
+    check_month(config, warehouse, args.period, action=INVOICED, config_path=args.config)
     invoice_month(str(config_path), args.period)  # a closed period is left as closed (R16)
     files = copy_exports(config_path, [args.period], Path(args.out))
     render.exports(files, f"Invoice files {args.period}")
@@ -189,6 +194,9 @@ def cmd_close(args: argparse.Namespace) -> int:
     config = load_config(config_path)
     warehouse = Warehouse.of(config.warehouse)
     if not is_closed(warehouse, args.period):
+        # Refused (exit 2, one line) before anything runs or is written: nothing half written or that does
+        # not reconcile is ever closed.
+        check_month(config, warehouse, args.period, action=CLOSED, config_path=args.config)
         invoice_month(str(config_path), args.period)  # close what the stored days say now
     manifest = close_period(config, warehouse, Period.parse(args.period), by=args.by, reason=args.reason)
     render.closed_invoices(manifest, args.period)

@@ -15,6 +15,7 @@ from dagster import (
 )
 
 from gpumeter.billing.month import export_month, roll_up_month
+from gpumeter.billing.refusals import MonthRefused
 from gpumeter.pipelines import checks
 from gpumeter.pipelines.partitions import MONTH_OF_CLUSTER_DAYS, monthly_partitions
 from gpumeter.pipelines.resources import GpumeterConfigResource
@@ -34,15 +35,30 @@ def _period(context: AssetExecutionContext) -> str:
         AssetDep(mart, partition_mapping=MONTH_OF_CLUSTER_DAYS)
         for mart in ("mart_tenant_daily_cost", "mart_pool_daily_cost")
     ],
-    check_specs=[checks.INVOICE_LINES_CHECK],
+    check_specs=[checks.INVOICE_LINES_CHECK, checks.MONTH_RECONCILES_CHECK],
+    output_required=False,  # a refused month is not materialized: nothing of it is written
     kinds={"python", "parquet"},
     description="Monthly invoice lines per tenant, rolled up from the month's days and rounded once per line, "
-    "with the adjustment lines it carries for closed periods. A closed month is left untouched.",
+    "with the adjustment lines it carries for closed periods. A closed month is left untouched. A month with a "
+    "half-written day, or that does not reconcile with its pool cost, is refused: nothing of it is written and "
+    "no export runs.",
 )
 def invoice_lines(
     context: AssetExecutionContext, gpumeter: GpumeterConfigResource
 ) -> Iterator[MaterializeResult | AssetCheckResult]:
-    summary = roll_up_month(gpumeter.config, gpumeter.warehouse, context.partition_key, with_exports=False)
+    try:
+        summary = roll_up_month(
+            gpumeter.config,
+            gpumeter.warehouse,
+            context.partition_key,
+            with_exports=False,
+            config_path=gpumeter.config_path,
+        )
+    except MonthRefused as refused:
+        # The blocking check fails and the step with it, saying why in finance's words: no invoice lines, and
+        # no export asset downstream runs.
+        yield checks.month_reconciles(None, refused)
+        raise
     if summary.closed:
         context.log.info(f"period {summary.period} is closed: its invoice lines are left untouched")
     yield MaterializeResult(
@@ -57,6 +73,7 @@ def invoice_lines(
         }
     )
     yield checks.invoice_matches_daily_costs(gpumeter.warehouse, gpumeter.config, _period(context))
+    yield checks.month_reconciles(None if summary.closed else summary.reconciliation)
 
 
 def _write(context: AssetExecutionContext, gpumeter: GpumeterConfigResource, kind: str) -> list[Path]:

@@ -20,7 +20,7 @@ import pyarrow as pa
 from dagster import AssetCheckResult, AssetCheckSeverity, AssetCheckSpec, MetadataValue
 
 from gpumeter.billing.adjustments import corrected_periods
-from gpumeter.billing.invoices import Period, build_invoice_lines
+from gpumeter.billing.invoices import Period, Reconciliation, build_invoice_lines
 from gpumeter.billing.periods import (
     closed_lines_path,
     closed_periods,
@@ -30,6 +30,7 @@ from gpumeter.billing.periods import (
     stored_lines,
     verify_closed,
 )
+from gpumeter.billing.refusals import MonthRefused
 from gpumeter.config import UNALLOCATED, Config
 from gpumeter.ingest.contract import SLOW_SCRAPE_INTERVALS
 from gpumeter.storage import paths
@@ -277,17 +278,62 @@ INVOICE_LINES_CHECK = AssetCheckSpec(
     "= the change in pool cost of the closed periods they correct. A closed period: its files "
     "are byte-identical to its manifest.",
 )
+MONTH_RECONCILES_CHECK = AssetCheckSpec(
+    "month_reconciles_r13",
+    asset="invoice_lines",
+    blocking=True,
+    description="Before the month's lines are written: every day it is rolled up from is stored whole (its "
+    "pool cost and its tenants' charges), and its lines after rounding reconcile with the pool cost (+ "
+    "adjustments). When it fails nothing of the month is written and no export runs (docs/billing.md, "
+    '"When a month is refused").',
+)
 INVOICE_CSV_CHECK = AssetCheckSpec(
     "invoice_csv_reconciles_r13",
     asset="invoice_csv",
+    blocking=True,
     description="The all-tenants invoice-lines CSV sums to the pool cost (+ adjustments) within half a minor "
-    "unit per line.",
+    "unit per line; blocking: the FOCUS file is not written from a CSV that does not reconcile.",
 )
 INVOICE_FOCUS_CHECK = AssetCheckSpec(
     "focus_billed_cost_total",
     asset="invoice_focus",
     description="The FOCUS file's BilledCost sums to the all-tenants invoice-lines CSV total.",
 )
+
+
+def month_reconciles(
+    reconciliation: Reconciliation | None, refused: MonthRefused | None = None
+) -> AssetCheckResult:
+    """The month's own reconciliation (gpumeter.billing.refusals), as the roll-up computed it: failed with
+    the refusal's line and figures when the month was refused; passed for a closed month (never rolled up
+    again; its files are verified by the other checks)."""
+    spec = MONTH_RECONCILES_CHECK
+    if refused is not None:
+        metadata = {"refused": str(refused), "reason": refused.reason, **refused.figures}
+        return AssetCheckResult(
+            check_name=spec.name,
+            asset_key=spec.asset_key,
+            passed=False,
+            severity=AssetCheckSeverity.ERROR,
+            metadata={k: MetadataValue.json(v) if isinstance(v, list) else v for k, v in metadata.items()},
+        )
+    figures = (
+        {"closed": True}
+        if reconciliation is None
+        else {
+            "invoiced_rounded": str(reconciliation.lines_rounded),
+            "invoiced_unrounded": str(reconciliation.lines_unrounded),
+            "pool_cost_with_adjustments": str(reconciliation.pool_cost),
+            "tolerance": str(reconciliation.tolerance),
+        }
+    )
+    return AssetCheckResult(
+        check_name=spec.name,
+        asset_key=spec.asset_key,
+        passed=reconciliation is None or reconciliation.ok,
+        severity=AssetCheckSeverity.ERROR,
+        metadata=figures,
+    )
 
 
 def _closed_files_intact(warehouse: Warehouse, period: str, spec: AssetCheckSpec) -> AssetCheckResult:
