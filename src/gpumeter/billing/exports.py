@@ -1,6 +1,7 @@
 """Every export of a period's invoice lines, in one registry: each kind writes its files into the period's
-exports folder (file names: gpumeter.storage.paths). A kind is added here and nowhere else: the invoice
-assets, `gpumeter invoices` and closing a period all write what this registry lists.
+exports folder (file names: gpumeter.storage.paths), and write_exports publishes all kinds as one set
+(below). A kind is added here and nowhere else: the invoice assets, `gpumeter invoices` and closing a period
+all write what this registry lists.
 
 The documents kind writes each tenant's invoice twice, as HTML and as PDF, in one writer: the PDF is
 another form of the same document, rendered from the same template and figures in the same call, so no
@@ -8,6 +9,11 @@ run can write the one without the other, and one asset (invoice_documents) repor
 
 from __future__ import annotations
 
+import hashlib
+import json
+import os
+import shutil
+import uuid
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -18,7 +24,7 @@ from gpumeter.billing.focus import focus_csv
 from gpumeter.billing.invoices import Period, billed_tenants, invoice_csv, tenant_lines
 from gpumeter.billing.status import Status
 from gpumeter.config import Config
-from gpumeter.storage import paths
+from gpumeter.storage import locks, paths
 from gpumeter.storage.files import atomic_write_bytes, atomic_write_text
 
 # (the period's lines, config, period, exports folder, status of the lines) -> the files written
@@ -69,6 +75,120 @@ EXPORTS: dict[str, Writer] = {"csv": write_invoice_csvs, "focus": write_focus, "
 EXPORT_KINDS = tuple(EXPORTS)
 
 
+# --- a month's exports are one set ------------------------------------------------------------------
+#
+# Every kind of a month's exports is written into a fresh staged folder beside the month's folder
+# (`exports/.<P>.staged-<pid>-<id>/`), and only when every writer is done does the staged folder replace the
+# month's folder: the old folder is renamed away (`exports/.<P>.old-<pid>-<id>/`), the staged one renamed in,
+# the old one removed. A reader sees the previous set or the new one, never a mix, and the new set holds only
+# the files of this run: a tenant no longer billed has no file left in it.
+#
+# The invoice assets write one kind per Dagster step (csv, then focus; documents), and a blocking check of a
+# step keeps the later ones from running. A step that writes some kinds keeps the other kinds' files of the
+# current set only when that set was written from the same lines, status and config (the set's record
+# `exports/.<P>.set.json`, removed before a swap and written after it); a set of other figures is replaced
+# whole, by one that holds this step's kinds only until the month's other steps add theirs. So the folder
+# never holds files of two runs' figures side by side, whichever step ran last or died; `gpumeter close`
+# and a write of every kind replace the whole set in one swap.
+#
+# A run killed while writing leaves at most a staged folder, or (killed between the two renames) the old
+# folder renamed away: the next write of the month, holding the month's exports lock, removes the former
+# and puts the latter back before it starts.
+
+
+def _set_key(lines: pa.Table, config: Config, period: Period, status: Status) -> str:
+    """What a set's figures are written from: the lines, their status and the config (its warehouse aside:
+    the same month written to another warehouse is the same set)."""
+    digest = hashlib.sha256()
+    digest.update(str(period).encode())
+    digest.update(repr(status).encode())
+    digest.update(config.model_dump_json(exclude={"warehouse"}).encode())
+    digest.update(invoice_csv(lines, config.minor_unit).encode())
+    return digest.hexdigest()
+
+
+def _set_record(out_dir: Path) -> Path:
+    """What the month's current set was written from (kinds and file names): beside the folder, so that the set
+    holds export files only; removed before the set is replaced, written after."""
+    return out_dir.parent / f".{out_dir.name}.set.json"
+
+
+def _read_set(out_dir: Path) -> dict:
+    try:
+        return json.loads(_set_record(out_dir).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+
+
+def _lock(out_dir: Path) -> Path:
+    return out_dir.parent / f".{out_dir.name}.lock"
+
+
+def _staged_name(out_dir: Path, what: str) -> str:
+    return f".{out_dir.name}.{what}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+
+
+def sweep_leftovers(out_dir: Path) -> None:
+    """Undo what a killed write of `out_dir` left beside it (call with the month's exports lock held): a staged
+    folder is removed; a folder renamed away is put back when the swap died before the new one was renamed in,
+    else removed."""
+    parent = out_dir.parent
+    if not isinstance(out_dir, Path) or not parent.is_dir():
+        return
+    olds = sorted(parent.glob(f".{out_dir.name}.old-*"), key=lambda p: p.stat().st_mtime, reverse=True)
+    if olds and not out_dir.exists():
+        os.rename(olds.pop(0), out_dir)  # the previous set, whole: the swap died between its two renames
+    for leftover in [*olds, *parent.glob(f".{out_dir.name}.staged-*")]:
+        shutil.rmtree(leftover, ignore_errors=True)
+
+
+def _fsync_dir(folder: Path) -> None:
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _swap(staged: Path, out_dir: Path) -> None:
+    """Make the complete staged folder the month's folder: the old renamed away, the staged renamed in, the
+    old removed. Between the two renames the month has no folder; sweep_leftovers puts the old one back."""
+    _fsync_dir(staged)
+    old = out_dir.parent / _staged_name(out_dir, "old")
+    if out_dir.exists():
+        os.rename(out_dir, old)
+    os.rename(staged, out_dir)
+    _fsync_dir(out_dir.parent)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def _write_set(
+    lines: pa.Table,
+    config: Config,
+    period: Period,
+    target: Path,
+    status: Status,
+    kinds: Sequence[str],
+    current: Path,
+    before: dict,
+) -> dict:
+    """Write the set into `target`: the `kinds` asked for, and the other kinds of the set at `current` (copied)
+    when it was written from the same figures (`before`: its record). A set of other figures keeps none of its
+    files: its other kinds are written by their own steps. Returns the new set's record (key, kinds' names)."""
+    key = _set_key(lines, config, period, status)
+    kept = before.get("kinds", {}) if before.get("key") == key else {}
+    names: dict[str, list[str]] = {}
+    for kind in EXPORT_KINDS:
+        if kind in kinds:
+            names[kind] = [p.name for p in EXPORTS[kind](lines, config, period, target, status)]
+        elif kind in kept:
+            names[kind] = list(kept[kind])
+            for name in names[kind]:
+                if target != current:
+                    atomic_write_bytes(target / name, (current / name).read_bytes())
+    return {"key": key, "kinds": names}
+
+
 def write_exports(
     lines: pa.Table,
     config: Config,
@@ -77,5 +197,34 @@ def write_exports(
     status: Status,
     kinds: Sequence[str] = EXPORT_KINDS,
 ) -> list[Path]:
-    """Write the exports of `kinds` (default: every kind), in registry order."""
-    return [path for kind in kinds for path in EXPORTS[kind](lines, config, period, out_dir, status)]
+    """Write the month's set of exports to `out_dir`, replacing the previous set as a whole (above), and return
+    the files of `kinds` (default: every kind), in registry order, as published in `out_dir`."""
+    unknown = [k for k in kinds if k not in EXPORTS]
+    if unknown:
+        raise KeyError(f"unknown export kind(s) {', '.join(unknown)} (one of {', '.join(EXPORT_KINDS)})")
+    with locks.hold(_lock(out_dir), f"exports of {period}"):
+        before = _read_set(out_dir)
+        if not isinstance(out_dir, Path):
+            if before:  # from here on the folder is not the recorded set
+                _set_record(out_dir).unlink()
+            # An object store has no folder rename: each file is one PUT into the month's folder, then the
+            # files of the previous set that this one does not hold are deleted (not atomic as a set).
+            record = _write_set(lines, config, period, out_dir, status, kinds, out_dir, before)
+            keep = {name for names in record["kinds"].values() for name in names}
+            for path in list(out_dir.glob("*")) if out_dir.exists() else []:
+                if path.name not in keep and path.is_file():
+                    path.unlink()
+        else:
+            sweep_leftovers(out_dir)
+            out_dir.parent.mkdir(parents=True, exist_ok=True)
+            staged = out_dir.parent / _staged_name(out_dir, "staged")
+            staged.mkdir()
+            try:
+                record = _write_set(lines, config, period, staged, status, kinds, out_dir, before)
+                _set_record(out_dir).unlink(missing_ok=True)  # the record goes first, returns after the swap
+                _swap(staged, out_dir)
+            except BaseException:
+                shutil.rmtree(staged, ignore_errors=True)
+                raise
+        atomic_write_text(_set_record(out_dir), json.dumps(record, indent=2) + "\n")
+    return [out_dir / name for kind in kinds for name in record["kinds"][kind]]
