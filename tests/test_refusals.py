@@ -6,6 +6,7 @@ blocking check. Amounts are worked out by hand: each stored day of NOV_ROWS char
 2.00 and __idle__ 4.00, a pool cost of 10.00."""
 
 import json
+import re
 from datetime import date
 from decimal import Decimal
 from pathlib import Path
@@ -50,10 +51,11 @@ def _close(config_path: Path, period: str = PERIOD) -> int:
 
 
 def _error_line(capsys: pytest.CaptureFixture[str]) -> str:
+    """The one line the command printed, without the path of its full log, which it names last."""
     err = capsys.readouterr().err
     assert err.count("\n") == 1, err  # one line
     assert err.startswith("error: ")
-    return err.strip()
+    return re.sub(r" \(the full log: [^)]*\)$", "", err.strip())
 
 
 def _nothing_written(wh: Warehouse, out: Path, period: str = PERIOD) -> None:

@@ -1,14 +1,21 @@
-"""The `gpumeter` command line: its parser, and the one place where an error becomes one line and exit 2.
+"""The `gpumeter` command line: its parser, and the one place where an error becomes one line, never a
+traceback on the console: exit 2 for a user's or a source's problem, 1 for a bug (an internal error). The
+commands that run Dagster jobs log the runs' event stream, and any traceback, to a file that line names.
 The commands are gpumeter.cli.commands (a deployment's) and gpumeter.cli.demo (the simulated factory); what
 they print is gpumeter.cli.render."""
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+import tempfile
+import traceback
 import warnings
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from datetime import UTC, date, datetime
+from pathlib import Path
 
 from rich.markup import escape
 
@@ -16,7 +23,7 @@ from gpumeter.billing.invoices import InvoiceError, Period
 from gpumeter.cli import commands, demo
 from gpumeter.cli.commands import CliError
 from gpumeter.cli.render import err
-from gpumeter.config import DEMO_DIR, ConfigError
+from gpumeter.config import DEMO_DIR
 
 
 def _date(text: str) -> date:
@@ -59,10 +66,25 @@ def _config_and_clusters(parser: argparse.ArgumentParser, clusters: str) -> None
     parser.add_argument("--cluster", action="append", metavar="NAME", help=clusters)
 
 
+# The commands that run Dagster jobs: their runs' event stream goes to a log file, not the console.
+DAGSTER_COMMANDS = frozenset({"demo", "run", "today", "invoices", "close"})
+LOG_FOLDER = "gpumeter-logs"
+
+EPILOG = (
+    "The commands that run Dagster jobs (demo, run, today, invoices, close) write the runs' Dagster event "
+    f"log to $DAGSTER_HOME/{LOG_FOLDER}/gpumeter-COMMAND-TIME-PID.log (without a writable DAGSTER_HOME: "
+    f"{Path(tempfile.gettempdir()) / LOG_FOLDER}/), nothing of it to the console. A failure prints one line: "
+    "its cause, what to do and that log, which holds the traceback. Exit status of a failure: 2 for a "
+    "problem of the config, a source, the warehouse or a month (fix it and run again), 1 for an internal "
+    "error (a bug: report it with the log)."
+)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="gpumeter",
         description="GPU metering, chargeback and utilization analytics for shared Kubernetes GPU pools.",
+        epilog=EPILOG,
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
@@ -214,29 +236,83 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _log_file(command: str) -> Path | None:
+    """A new log file for this command: under $DAGSTER_HOME (where the runs are recorded) when it is a
+    writable folder, else under the system's temp folder; None when neither can be written."""
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+    name = f"gpumeter-{command}-{stamp}-{os.getpid()}.log"
+    home = os.environ.get("DAGSTER_HOME")
+    folders = [Path(home) / LOG_FOLDER] if home else []
+    for folder in [*folders, Path(tempfile.gettempdir()) / LOG_FOLDER]:
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            (folder / name).touch()
+        except OSError:
+            continue
+        return folder / name
+    return None
+
+
+@contextmanager
+def _events_to(log: Path | None) -> Iterator[None]:
+    if log is None:
+        yield
+        return
+    from gpumeter.pipelines.launch import event_log
+
+    with event_log(log):
+        yield
+
+
+def _traceback_to(log: Path | None, exc: BaseException) -> Path | None:
+    """The exception's traceback, appended to the log (a new one when the command had none)."""
+    log = log or _log_file("error")
+    if log is not None:
+        try:
+            with log.open("a", encoding="utf-8") as out:
+                out.write("gpumeter: the command failed\n" + "".join(traceback.format_exception(exc)))
+        except OSError:
+            return log if log.exists() else None
+    return log
+
+
+def _say(line: str, log: Path | None) -> None:
+    where = f" (the full log: {log})" if log is not None else ""
+    err.print(f"[red]error[/]: {escape(line + where)}", soft_wrap=True)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    from gpumeter.ingest.contract import SourceError
-    from gpumeter.models.project import AccountingError
-    from gpumeter.pipelines.launch import RunFailed
-    from gpumeter.storage.files import WarehouseError
+    from gpumeter.pipelines.launch import USER_ERRORS, RunFailed
 
-    handled: tuple[type[BaseException], ...] = (
-        CliError,
-        ConfigError,
-        AccountingError,
-        SourceError,
-        WarehouseError,
-        InvoiceError,
-        RunFailed,
-    )
+    # ConfigError, SourceError, AccountingError, WarehouseError, InvoiceError (the refusals among them).
+    handled: tuple[type[BaseException], ...] = (CliError, *USER_ERRORS)
+    log = _log_file(args.command) if args.command in DAGSTER_COMMANDS else None
     try:
-        with warnings.catch_warnings():
+        with warnings.catch_warnings(), _events_to(log):
             warnings.simplefilter("ignore", DeprecationWarning)
             return int(args.func(args))
-    except handled as exc:
-        err.print(f"[red]error[/]: {escape(str(exc))}", soft_wrap=True)
+    except RunFailed as exc:
+        # The run's events (the failed step's traceback among them) are in the log already.
+        log = _traceback_to(log, exc)
+        if exc.internal:
+            _say(f"internal error in {exc}; this is a bug in gpumeter, please report it with the log", log)
+            return 1
+        _say(str(exc), log)
         return 2
+    except handled as exc:
+        # A command that runs no Dagster job has no log: its own line, as it always was.
+        _say(str(exc), _traceback_to(log, exc) if log else None)
+        return 2
+    except Exception as exc:  # noqa: BLE001 - any other failure is a bug: one line and the log, no traceback
+        log = _traceback_to(log, exc)
+        kind = type(exc).__name__
+        _say(
+            f"internal error: {kind}: {' '.join(str(exc).split())}; this is a bug in gpumeter, "
+            "please report it with the log",
+            log,
+        )
+        return 1
 
 
 if __name__ == "__main__":  # pragma: no cover

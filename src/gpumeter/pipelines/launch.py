@@ -3,25 +3,102 @@ exactly the job the schedule runs (one code path): one meter_day run per (cluste
 
 from __future__ import annotations
 
+import logging
 import os
-from collections.abc import Callable, Iterable, Mapping, Sequence
+import re
+import sys
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager, contextmanager, nullcontext, redirect_stderr
 from dataclasses import dataclass, field, replace
 from datetime import date, datetime
-from typing import Any
+from pathlib import Path
+from typing import Any, TextIO
 
-from dagster import DagsterInstance, ExecuteInProcessResult
+from dagster import DagsterInstance, ExecuteInProcessResult, InitLoggerContext, JobDefinition, logger
 
-from gpumeter.config import load_config, select_clusters
+from gpumeter.billing.invoices import InvoiceError
+from gpumeter.config import ConfigError, load_config, select_clusters
+from gpumeter.ingest.contract import SourceError
+from gpumeter.models.project import AccountingError
 from gpumeter.pipelines.definitions import INVOICE_MONTH_JOB, METER_DAY_JOB, build_definitions
 from gpumeter.pipelines.partitions import cluster_day_key
+from gpumeter.storage.files import WarehouseError
+
+# A user's or a source's problem (the CLI's exit 2), each with its subclasses (the refusals of
+# gpumeter.billing.refusals are InvoiceErrors, a busy lock is a WarehouseError); anything else is a bug.
+USER_ERRORS: tuple[type[BaseException], ...] = (
+    ConfigError,
+    SourceError,
+    AccountingError,
+    WarehouseError,
+    InvoiceError,
+)
 
 
 class RunFailed(RuntimeError):
-    """A Dagster run of a gpumeter job failed; the message is the domain error that stopped it."""
+    """A Dagster run of a gpumeter job failed; the message is the error that stopped it, on one line.
+    `internal` when that error is none of USER_ERRORS (a bug: exit 1 from the CLI)."""
+
+    def __init__(self, message: str, internal: bool = False) -> None:
+        super().__init__(message)
+        self.internal = internal
 
 
 # Dagster's per-event console logging would drown the progress bar; failures are reported by us.
 QUIET = {"loggers": {"console": {"config": {"log_level": "ERROR"}}}}
+
+# The event stream of the runs launched inside `event_log(path)`: to that file only, never the console.
+_EVENTS = logging.getLogger("gpumeter.dagster_events")
+_EVENTS.propagate = False
+_EVENTS.setLevel(logging.DEBUG)
+_FILE_LOGGER = "gpumeter_event_log"
+
+
+@logger(description="the run's Dagster event stream, to the file of gpumeter.pipelines.launch.event_log")
+def _file_logger(_: InitLoggerContext) -> logging.Logger:
+    return _EVENTS
+
+
+_DAGSTER = logging.getLogger("dagster")  # Dagster's own Python warnings ("No dagster.yaml found at …")
+_stderr: list[TextIO] = []  # the event-log file while `event_log` is on
+
+
+@contextmanager
+def event_log(path: Path) -> Iterator[Path]:
+    """Within it, every run launched from here logs Dagster's whole event stream (tracebacks included) to
+    `path`, appended, and nothing to the console: nor do Dagster's own warnings, nor what it prints while
+    a run executes (its first-run telemetry notice). Outside it, runs log their errors to the console
+    (QUIET)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a", encoding="utf-8") as stream:
+        handler = logging.StreamHandler(stream)
+        handler.setFormatter(logging.Formatter("%(asctime)s - %(levelname)s - %(name)s - %(message)s"))
+        propagates = _DAGSTER.propagate
+        _EVENTS.addHandler(handler)
+        _DAGSTER.addHandler(handler)
+        _DAGSTER.propagate = False
+        _stderr.append(stream)
+        try:
+            yield path
+        finally:
+            _stderr.pop()
+            _DAGSTER.propagate = propagates
+            _DAGSTER.removeHandler(handler)
+            _EVENTS.removeHandler(handler)
+            handler.flush()
+
+
+def _run_output() -> AbstractContextManager[object]:
+    """Where what a run prints on stderr goes: the event-log file inside `event_log`, else stderr."""
+    return redirect_stderr(_stderr[-1]) if _stderr else nullcontext()
+
+
+def _logged(job: JobDefinition, run_config: Mapping[str, Any]) -> tuple[JobDefinition, dict[str, Any]]:
+    """The job and its run config with the loggers of the moment: the event-log file inside `event_log`
+    (the job's own loggers, Dagster's console among them, replaced), else the console at ERROR (QUIET)."""
+    if not _EVENTS.handlers:
+        return job, {**run_config, **QUIET}
+    return job.with_logger_defs({_FILE_LOGGER: _file_logger}), {**run_config, "loggers": {_FILE_LOGGER: {}}}
 
 
 @dataclass(frozen=True)
@@ -55,15 +132,42 @@ def _instance() -> DagsterInstance:
     return DagsterInstance.get() if os.environ.get("DAGSTER_HOME") else DagsterInstance.ephemeral()
 
 
-def _failure(result: ExecuteInProcessResult) -> str:
+_RAISED = re.compile(r"^([A-Za-z_][\w.]*): ")  # `module.Class: message`, as a traceback names an exception
+
+
+def _user_error(message: str) -> bool:
+    """Whether the exception a serialized error names (by its module and class) is one of USER_ERRORS."""
+    found = _RAISED.match(message)
+    if not found:
+        return False
+    module, _, name = found.group(1).rpartition(".")
+    raised = getattr(sys.modules.get(module or "builtins"), name, None)
+    return isinstance(raised, type) and issubclass(raised, USER_ERRORS)
+
+
+def _one_line(message: str) -> str:
+    return " ".join(line.strip() for line in message.strip().splitlines() if line.strip())
+
+
+def _failure(result: ExecuteInProcessResult) -> tuple[str, bool]:
+    """The error that failed the run, on one line, and whether it is internal (none of USER_ERRORS)."""
     for event in result.all_events:
         if event.is_failure and event.event_specific_data is not None:
             error = getattr(event.event_specific_data, "error", None)
-            if error is not None:
-                # The domain error's own message is the useful line; Dagster wraps it.
-                cause = error.cause or error
-                return cause.message.strip().splitlines()[-1] if cause.message else str(cause)
-    return "the run failed; see the Dagster event log"
+            if error is None:
+                continue
+            # Dagster wraps the error raised in the step; the first of USER_ERRORS down the chain of causes
+            # is the useful line, its own message without its class.
+            chain, link = [], error
+            while link is not None:
+                chain.append(link)
+                link = link.cause
+            for link in chain:
+                if link.message and _user_error(link.message):
+                    return _one_line(_RAISED.sub("", link.message.strip(), count=1)), False
+            cause = error.cause or error
+            return _one_line(cause.message) if cause.message else str(cause), True
+    return "the run failed; see the Dagster event log", True
 
 
 def _plain(metadata: Mapping[str, Any]) -> dict[str, Any]:
@@ -92,12 +196,14 @@ def _materialized(result: ExecuteInProcessResult) -> dict[str, dict[str, Any]]:
 def _execute(
     config_path: str, job_name: str, partition: str, instance: DagsterInstance, label: str | None = None
 ) -> RunOutcome:
-    job = build_definitions(config_path).resolve_job_def(job_name)
-    result = job.execute_in_process(
-        partition_key=partition, instance=instance, run_config=QUIET, raise_on_error=False
-    )
+    job, run_config = _logged(build_definitions(config_path).resolve_job_def(job_name), {})
+    with _run_output():
+        result = job.execute_in_process(
+            partition_key=partition, instance=instance, run_config=run_config, raise_on_error=False
+        )
     if not result.success:
-        raise RunFailed(f"{job_name} {label or partition}: {_failure(result)}")
+        message, internal = _failure(result)
+        raise RunFailed(f"{job_name} {label or partition}: {message}", internal)
     return RunOutcome(partition, result.run_id, _checks(result), _materialized(result))
 
 
@@ -136,13 +242,15 @@ def meter_today(
     done = []
     with _instance() as instance:
         for cluster in names:
-            run_config = {
-                **QUIET,
-                "ops": {TODAY_OP: {"config": {"cluster": cluster, "through": through_key(through)}}},
-            }
-            result = job.execute_in_process(run_config=run_config, instance=instance, raise_on_error=False)
+            ops = {"ops": {TODAY_OP: {"config": {"cluster": cluster, "through": through_key(through)}}}}
+            logged, run_config = _logged(job, ops)
+            with _run_output():
+                result = logged.execute_in_process(
+                    run_config=run_config, instance=instance, raise_on_error=False
+                )
             if not result.success:
-                raise RunFailed(f"{TODAY_JOB} cluster {cluster}: {_failure(result)}")
+                message, internal = _failure(result)
+                raise RunFailed(f"{TODAY_JOB} cluster {cluster}: {message}", internal)
             done.append(result.output_for_node(TODAY_OP))
     return done
 
