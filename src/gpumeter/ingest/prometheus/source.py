@@ -313,7 +313,9 @@ class PrometheusRawSource:
     def _learn_targets(self, start_ms: int, end_ms: int) -> None:
         """The scrape targets' own labels over [start_ms, end_ms), from their `up` series (one query): what
         tells a pod the exporter named from the exporter's own pod, which a Kubernetes-discovered target
-        attaches to every series (docs/rules.md R5)."""
+        attaches to every series (docs/rules.md R5). Not asked by a pull of no DCGM metric: nothing reads it."""
+        if not self.dcgm_metrics:
+            return
         answer = self.transport.query(
             up_query(end_ms - start_ms, selector=self.selector), end_ms - 1, "vector"
         )
