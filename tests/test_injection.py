@@ -12,6 +12,7 @@ import pyarrow as pa
 import pytest
 
 from gpumeter.billing.invoices import Period, build_invoice_lines, invoice_csv
+from gpumeter.config import ConfigError
 from gpumeter.models.project import AccountingError, load_models
 from gpumeter.models.runner import _identifier, meter_day
 from gpumeter.storage.paths import MARTS
@@ -34,9 +35,10 @@ FORMULAS = [
     "+1+1",
     "-2+3",
     "@SUM(A1:A9)",
-    "\t=1",
-    "\r=1",
 ]
+# A tab or carriage return before a formula never reaches an invoice: config check refuses a control character
+# in a text printed there.
+CONTROL_FORMULAS = ["\t=1", "\r=1"]
 
 
 @pytest.mark.parametrize("name", HOSTILE_SQL)
@@ -76,6 +78,12 @@ def test_label_values_shaped_like_sql_are_data(value: str) -> None:
     out = meter_day(f.build(), make_config(), "c1", DAY)
     row = out["mart_device_seconds"].to_pylist()[0]
     assert (row["namespace"], row["pod"], row["sample_count"]) == (value, value, 3)
+
+
+@pytest.mark.parametrize("formula", CONTROL_FORMULAS)
+def test_a_formula_behind_a_control_character_is_refused_by_the_config(formula: str) -> None:
+    with pytest.raises(ConfigError, match="control character"):
+        make_config(tenants=[{"name": "team-a", "namespaces": ["ns-a"], "cost_center": formula}])
 
 
 @pytest.mark.parametrize("formula", FORMULAS)
