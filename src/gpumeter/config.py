@@ -77,16 +77,21 @@ def _preview(value: str) -> str:
     return repr(value if len(value) <= 40 else value[:24] + "…")
 
 
+def _at_most(value: str, what: str, limit: int, because: str) -> None:
+    """ValueError where `value` is longer than `limit` characters, saying why the limit is there."""
+    if len(value) > limit:
+        raise ValueError(
+            f"{what} {_preview(value)} is {len(value):,} characters long; at most {limit} are accepted, "
+            f"as {because}: shorten it"
+        )
+
+
 def _file_name_part(value: object, what: str) -> object:
     """A name that becomes part of file and folder names (invoice files, `cluster=<c>` partitions): at most
     MAX_NAME_CHARS of letters, digits, `.`, `_` and `-`, starting with a letter or digit."""
     if not isinstance(value, str):
         return value
-    if len(value) > MAX_NAME_CHARS:
-        raise ValueError(
-            f"{what} {_preview(value)} is {len(value):,} characters long; at most {MAX_NAME_CHARS} are accepted, "
-            "as it becomes part of file and folder names: shorten it"
-        )
+    _at_most(value, what, MAX_NAME_CHARS, "it becomes part of file and folder names")
     if not _FILE_NAME.match(value):
         bad = sorted({c for c in value if c in "/\\" or not c.isprintable()})
         why = (
@@ -105,11 +110,7 @@ def _invoice_text(value: object, what: str) -> object:
     """A free text printed on invoices: at most MAX_TEXT_CHARS, no control characters (a newline or NUL)."""
     if not isinstance(value, str):
         return value
-    if len(value) > MAX_TEXT_CHARS:
-        raise ValueError(
-            f"{what} {_preview(value)} is {len(value):,} characters long; at most {MAX_TEXT_CHARS} are accepted, "
-            "as it is printed on invoices: shorten it"
-        )
+    _at_most(value, what, MAX_TEXT_CHARS, "it is printed on invoices")
     if any(not c.isprintable() for c in value):
         raise ValueError(
             f"{what} {_preview(value)} holds a control character (a newline, tab or NUL); it is printed on "
