@@ -23,7 +23,7 @@ from gpumeter.billing import adjustments, periods
 from gpumeter.billing.invoices import Period, round_money
 from gpumeter.billing.month import export_month, roll_up_month
 from gpumeter.pipelines import checks
-from gpumeter.storage import paths
+from gpumeter.storage import audit, paths
 from gpumeter.storage.paths import MARTS
 from gpumeter.storage.warehouse import Warehouse
 
@@ -173,7 +173,7 @@ def test_reopen_needs_a_reason_and_everything_is_audited(warehouse: Warehouse) -
     assert any(name.endswith(".manifest.json") for name in kept)  # nothing recorded is lost
     assert roll_up_month(config(), warehouse, "2026-11").closed is False
     _close(warehouse, NOV, reason="again")
-    log = [json.loads(line) for line in periods.audit_log_path(warehouse).read_text().splitlines()]
+    log = [json.loads(line) for line in audit.audit_log_path(warehouse).read_text().splitlines()]
     assert [(e["event"], e["period"], e["reason"]) for e in log] == [
         ("close", "2026-11", "month end"),
         ("reopen", "2026-11", "price correction INC-42"),
@@ -291,7 +291,7 @@ def test_cli_close_reopen_and_invoices(
     assert main(["reopen", *args, "--reason", " "]) == 2
     assert "needs a reason" in capsys.readouterr().err
     assert main(["reopen", *args, "--reason", "wrong rate card"]) == 0
-    assert [e["event"] for e in periods.read_audit(warehouse)] == ["close", "reopen"]
+    assert [e["event"] for e in audit.read_audit(warehouse)] == ["close", "reopen"]
 
 
 # --- property: late data over several rounds is billed exactly once (R16, R13) ---------------------------

@@ -22,6 +22,7 @@ from gpumeter.billing.month import check_month, roll_up_month
 from gpumeter.billing.refusals import MonthRefused, half_written_days
 from gpumeter.cli.main import main
 from gpumeter.pipelines import checks
+from gpumeter.storage import audit
 from gpumeter.storage.paths import MARTS
 from gpumeter.storage.warehouse import Warehouse
 
@@ -65,7 +66,7 @@ def _nothing_written(wh: Warehouse, out: Path, period: str = PERIOD) -> None:
     assert not periods.invoice_lines_path(wh, period).exists()
     assert not periods.manifest_path(wh, period).exists()
     assert not periods.closed_lines_path(wh, period).exists()
-    assert periods.read_audit(wh) == []
+    assert audit.read_audit(wh) == []
 
 
 def _set_pool_cost(wh: Warehouse, day: date, amount: str) -> None:
@@ -207,7 +208,7 @@ def test_a_draft_that_no_longer_reconciles_is_not_closed(
         "on day 2026-11-29 of cluster c1 the tenants' charges are 10.00 USD against a pool cost of 7.75 USD"
         in line
     )
-    assert not periods.manifest_path(wh, PERIOD).exists() and periods.read_audit(wh) == []
+    assert not periods.manifest_path(wh, PERIOD).exists() and audit.read_audit(wh) == []
     assert {p.name: p.read_bytes() for p in periods.exports_dir(wh, PERIOD).iterdir()} == drafts
 
 

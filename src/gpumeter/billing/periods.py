@@ -8,10 +8,8 @@ folders are gpumeter.storage.paths'.
 
 from __future__ import annotations
 
-import getpass
 import hashlib
 import json
-from datetime import UTC, datetime
 from decimal import Decimal
 from pathlib import Path
 
@@ -21,8 +19,9 @@ from gpumeter.billing.exports import write_exports
 from gpumeter.billing.invoices import INVOICE_SCHEMA, InvoiceError, Period, round_money
 from gpumeter.billing.status import Status, content_hash
 from gpumeter.config import Config
-from gpumeter.storage import paths
-from gpumeter.storage.files import append_line, atomic_write_parquet, atomic_write_text, move, read_parquet
+from gpumeter.storage import audit, paths
+from gpumeter.storage.audit import append_audit
+from gpumeter.storage.files import atomic_write_parquet, atomic_write_text, move, read_parquet
 from gpumeter.storage.warehouse import Warehouse
 
 
@@ -51,10 +50,6 @@ def manifest_path(warehouse: Warehouse, period: str) -> Path:
 
 def closed_lines_path(warehouse: Warehouse, period: str) -> Path:
     return period_dir(warehouse, period) / paths.CLOSED_LINES
-
-
-def audit_log_path(warehouse: Warehouse) -> Path:
-    return warehouse.periods_dir() / paths.AUDIT_LOG
 
 
 # --- state ---------------------------------------------------------------------------------------
@@ -109,34 +104,6 @@ def stored_lines(warehouse: Warehouse, period: str) -> pa.Table | None:
     return read_lines(path) if path.exists() else None
 
 
-# --- audit log -----------------------------------------------------------------------------------
-
-
-def append_audit(warehouse: Warehouse, event: dict) -> None:
-    """One JSON line per lifecycle event, appended and made durable; earlier lines are never changed."""
-    append_line(audit_log_path(warehouse), json.dumps(event, sort_keys=True, ensure_ascii=False) + "\n")
-
-
-def read_audit(warehouse: Warehouse) -> list[dict]:
-    path = audit_log_path(warehouse)
-    if not path.exists():
-        return []
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
-
-
-def _now() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def _who(by: str | None) -> str:
-    if by:
-        return by
-    try:
-        return getpass.getuser()
-    except (KeyError, OSError):  # no passwd entry (containers)
-        return "unknown"
-
-
 def _sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
@@ -170,8 +137,8 @@ def close_period(
         )
     lines = read_lines(draft)
     digest = content_hash(lines, config.minor_unit)
-    closed_at = now or _now()
-    who = _who(by)
+    closed_at = now or audit.now()
+    who = audit.who(by)
     status = Status(key, True, digest, closed_at, who)
     out = exports_dir(warehouse, key)
     files = write_exports(lines, config, period, out, status)
@@ -234,8 +201,8 @@ def reopen_period(
                 f"closed period {later} carries adjustments for {key}; reopen {later} first, "
                 "or bill further corrections as adjustments instead"
             )
-    at = now or _now()
-    who = _who(by)
+    at = now or audit.now()
+    who = audit.who(by)
     folder = period_dir(warehouse, key)
     stamp = at.replace(":", "")
     # The former manifest and closed lines are kept beside, renamed: nothing recorded is lost.

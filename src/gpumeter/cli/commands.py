@@ -29,6 +29,8 @@ from gpumeter.config import (
     load_config,
     select_clusters,
 )
+from gpumeter.storage.audit import who
+from gpumeter.storage.replacement import Acceptance
 from gpumeter.storage.warehouse import Warehouse
 from gpumeter.views.summary import pool_summary
 
@@ -50,7 +52,12 @@ def _periods(days: list[date]) -> list[str]:
 # --- metering and the summary --------------------------------------------------------------------
 
 
-def meter_and_invoice(config_path: Path, days: list[date], clusters: list[str] | None = None) -> bool:
+def meter_and_invoice(
+    config_path: Path,
+    days: list[date],
+    clusters: list[str] | None = None,
+    acceptance: Acceptance | None = None,
+) -> bool:
     """The meter_day job for each (cluster, day) partition (default: every cluster of the config), the
     invoice_month job for each month touched, then what they computed: charges, where capacity went, the
     conservation check of each day and each month's reconciliation. True when all of it holds."""
@@ -62,7 +69,9 @@ def meter_and_invoice(config_path: Path, days: list[date], clusters: list[str] |
         task = bar.add_task(
             f"metering {len(names)} cluster(s) x {len(days)} day(s)", total=len(days) * len(names)
         )
-        metered = meter_days(str(config_path), days, on_day=lambda _: bar.advance(task), clusters=names)
+        metered = meter_days(
+            str(config_path), days, on_day=lambda _: bar.advance(task), clusters=names, acceptance=acceptance
+        )
     months = [invoice_month(str(config_path), period) for period in _periods(days)]
     render.failed_checks(metered)
 
@@ -131,7 +140,11 @@ def cmd_config_example(args: argparse.Namespace) -> int:
 def cmd_run(args: argparse.Namespace) -> int:
     config_path = Path(args.config)
     load_config(config_path)  # fail fast, with every problem, before Dagster starts
-    return 0 if meter_and_invoice(config_path, days_between(args.start, args.end), args.cluster) else 1
+    if args.by and not args.replace_with_less:
+        raise CliError("--by names who accepts --replace-with-less; give that too, or leave --by out")
+    acceptance = Acceptance(args.replace_with_less, who(args.by)) if args.replace_with_less else None
+    days = days_between(args.start, args.end)
+    return 0 if meter_and_invoice(config_path, days, args.cluster, acceptance) else 1
 
 
 def _now() -> datetime:

@@ -121,6 +121,14 @@ def build_parser() -> argparse.ArgumentParser:
         "meter this cluster of the config only; repeat for several (default: every cluster). Each "
         "(cluster, day) is its own run of the job",
     )
+    run.add_argument(
+        "--replace-with-less",
+        metavar="REASON",
+        help="accept that a day already stored is replaced by one the source holds less of, or that bills its "
+        "tenants less (a source that lost the day for good, a tenant no longer billed); without it such a day "
+        "is refused and the stored one kept. Recorded in the audit log with the reason",
+    )
+    run.add_argument("--by", help="who accepts it (default: the login name); recorded in the audit log")
     run.set_defaults(func=commands.cmd_run)
 
     today = sub.add_parser(

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from datetime import date, timedelta
+from fractions import Fraction
 from pathlib import Path
 
 import pyarrow as pa
@@ -17,11 +18,50 @@ from gpumeter.ingest.kube_spans import decode_spans, is_spans
 from gpumeter.ingest.schema import OPTIONAL_RAW_COLUMNS, RAW_TABLES
 from gpumeter.storage import paths
 
+DAY_MS = 86_400_000
 
-def _read_window(path: Path, table: str, start_ms: int | None, end_ms: int | None) -> Iterator[pa.Table]:
+
+# Timestamps written in another unit than milliseconds, as the factor that makes them milliseconds.
+_TIME_UNITS = (
+    ("seconds", Fraction(1000)),
+    ("microseconds", Fraction(1, 1000)),
+    ("nanoseconds", Fraction(1, 10**6)),
+)
+
+
+def _check_time_unit(path: Path, parquet: pq.ParquetFile, day: date) -> None:
+    """A day's file whose every timestamp lies far from the day, but in it when read in seconds, microseconds or
+    nanoseconds, is one SourceError naming the unit: its rows would all be quarantined as outside the day."""
+    ts_column = parquet.schema_arrow.get_field_index("ts_ms")
+    lows, highs = [], []
+    for index in range(parquet.num_row_groups):
+        stats = parquet.metadata.row_group(index).column(ts_column).statistics
+        if stats is None or not stats.has_min_max:
+            return
+        lows.append(stats.min)
+        highs.append(stats.max)
+    if not lows:
+        return
+    start_ms, end_ms = day_bounds_ms(day)
+    near = (start_ms - DAY_MS, end_ms + DAY_MS)
+    low, high = min(lows), max(highs)
+    if near[0] <= low < near[1] or near[0] <= high < near[1]:
+        return
+    for unit, factor in _TIME_UNITS:
+        if near[0] <= low * factor and high * factor < near[1]:
+            fix = f"multiply them by {factor}" if factor > 1 else f"divide them by {1 / factor}"
+            raise SourceError(
+                f"{path}: column ts_ms holds {unit} since 1970, not milliseconds (from {low} to {high}, which "
+                f"in milliseconds would lie in {day}); write the timestamps in milliseconds ({fix}) and re-run"
+            )
+
+
+def _read_window(
+    path: Path, table: str, start_ms: int | None, end_ms: int | None, day: date | None = None
+) -> Iterator[pa.Table]:
     """The file's rows with start_ms <= ts_ms < end_ms (every row when the bounds are None), in the
     raw-samples schema, one row group at a time. Any unreadable, truncated or mistyped file is one
-    SourceError naming it."""
+    SourceError naming it; so is a file of `day` whose timestamps are in another unit than milliseconds."""
     schema = RAW_TABLES[table]
     try:
         found = pq.read_schema(path)
@@ -52,6 +92,8 @@ def _read_window(path: Path, table: str, start_ms: int | None, end_ms: int | Non
         )
     try:
         parquet = pq.ParquetFile(path)
+        if day is not None:
+            _check_time_unit(path, parquet, day)
         ts_column = parquet.schema_arrow.get_field_index("ts_ms")
         bounded = start_ms is not None and end_ms is not None
         for index in range(parquet.num_row_groups):
@@ -130,7 +172,7 @@ class ParquetRawSource:
             # those as quarantined (int_dcgm_quarantine, R2) instead of their vanishing here.
             for d, bounds in ((day - timedelta(days=1), (window_start, end_ms)), (day, (None, None))):
                 for path in self._day_files(table, cluster, d):
-                    for rows in _read_window(path, table, *bounds):
+                    for rows in _read_window(path, table, *bounds, day=day if d == day else None):
                         if rows.num_rows:
                             found = empty | {table: rows}
                             yield RawDay(found["raw_dcgm_samples"], found["raw_kube_samples"])

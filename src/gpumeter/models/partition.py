@@ -13,10 +13,12 @@ import pyarrow as pa
 from gpumeter.config import Config, select_clusters
 from gpumeter.ingest.contract import RawFiles
 from gpumeter.ingest.schema import RAW_TABLES
+from gpumeter.models import day_figures
 from gpumeter.models.project import LAYERS, Model, load_models
 from gpumeter.models.runner import meter_day
 from gpumeter.storage import provisional
 from gpumeter.storage.paths import INTERMEDIATE, MARTS, RAW, STAGING
+from gpumeter.storage.replacement import Acceptance, guard, kept_bill, tenants_bill
 from gpumeter.storage.warehouse import Warehouse
 
 ZONES = dict(zip(LAYERS, (STAGING, INTERMEDIATE, MARTS), strict=True))
@@ -40,12 +42,14 @@ def meter_partition_day(
     log: Log = _quiet,
     clusters: Iterable[str] | None = None,
     on_model: Callable[[Model], None] | None = None,
+    acceptance: Acceptance | None = None,
 ) -> tuple[dict[str, int], dict[str, dict[str, pa.Table]]]:
     """Meter the day of the given clusters (default: every cluster of the config; the assets pass their
     partition's one) from the raw zone; compute them all, then write (R15). Returns row counts per model
     and the tables per cluster (for the asset checks). With `warehouse.persist_models: marts` staging and
     intermediate models stay inside DuckDB. `on_model` is called as each model is done (the benchmark
-    times them)."""
+    times them). A stored day is replaced only by one that bills as much (gpumeter.storage.replacement),
+    unless `acceptance` says otherwise."""
     names = select_clusters(config, clusters)
     keep = LAYERS if config.warehouse.persist_models == "all" else ("marts",)
     results: dict[str, dict[str, pa.Table]] = {}
@@ -66,15 +70,45 @@ def meter_partition_day(
                 )
             finally:
                 shutil.rmtree(spill, ignore_errors=True)
+        for name, tables in results.items():
+            _refuse_less(config, warehouse, name, day, tables, acceptance, log)
         models = {m.name: m for m in load_models()}
         for cluster_name, tables in results.items():
-            for name, table in tables.items():
-                model = models[name]
-                warehouse.write_day(ZONES[model.layer], model.table, cluster_name, day, table)
-                counts[name] = counts.get(name, 0) + table.num_rows
+            # A (cluster, day)'s models of every zone replace the stored ones together, never one by one.
+            with warehouse.day_commit(cluster_name, day) as commit:
+                for name, table in tables.items():
+                    model = models[name]
+                    target = warehouse.day_path(ZONES[model.layer], model.table, cluster_name, day)
+                    commit.stage_table(target, table)
+                    counts[name] = counts.get(name, 0) + table.num_rows
             log(f"{cluster_name} {day}: metered, {tables['mart_device_seconds'].num_rows} device-holder rows")
             _drop_provisional(warehouse, cluster_name, day, log)
     return counts, results
+
+
+def _refuse_less(
+    config: Config,
+    warehouse: Warehouse,
+    cluster: str,
+    day: date,
+    tables: dict[str, pa.Table],
+    acceptance: Acceptance | None,
+    log: Log,
+) -> None:
+    """Keep the stored day when the re-run observes, attributes or bills less of it."""
+    stored = day_figures.stored_marts(warehouse, cluster, day)
+    if stored is None or any(name not in tables for name in day_figures.FIGURE_MARTS):
+        return
+    guard(
+        warehouse,
+        cluster,
+        day,
+        "its bill",
+        day_figures.measures(stored, tables, config.currency),
+        acceptance,
+        kept=kept_bill(tenants_bill(stored[day_figures.CHARGES]), config.currency, config.minor_unit),
+        log=log,
+    )
 
 
 def _drop_provisional(warehouse: Warehouse, cluster: str, day: date, log: Log) -> None:

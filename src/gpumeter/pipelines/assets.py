@@ -29,6 +29,7 @@ from gpumeter.pipelines import checks
 from gpumeter.pipelines.checks import CHECK_SPECS
 from gpumeter.pipelines.partitions import split_cluster_day
 from gpumeter.pipelines.resources import GpumeterConfigResource
+from gpumeter.storage.replacement import Acceptance
 
 RAW_GROUP = "raw"
 RAW_SPECS = [
@@ -76,7 +77,8 @@ def build_day_assets(partitions_def: MultiPartitionsDefinition) -> list[AssetsDe
     def raw_samples(
         context: AssetExecutionContext, gpumeter: GpumeterConfigResource
     ) -> Iterator[MaterializeResult]:
-        """Pull one cluster's day from its source and store it (with the lookback) in the raw zone."""
+        """Pull one cluster's day from its source and store it (with the lookback) in the raw zone. A stored
+        day is replaced with less only with the run tag gpumeter/replace_with_less (the reason)."""
         config = gpumeter.config
         cluster, day = _cluster_day(context)
         counts = pull_raw_day(
@@ -86,6 +88,7 @@ def build_day_assets(partitions_def: MultiPartitionsDefinition) -> list[AssetsDe
             source_for=gpumeter.source,
             log=context.log.info,
             clusters=[cluster],
+            acceptance=Acceptance.from_tags(context.run.tags),
         )
         for spec in RAW_SPECS:
             name = spec.key.path[-1]
@@ -111,7 +114,12 @@ def build_day_assets(partitions_def: MultiPartitionsDefinition) -> list[AssetsDe
         partition's file (R15)."""
         cluster, day = _cluster_day(context)
         counts, results = meter_partition_day(
-            gpumeter.config, gpumeter.warehouse, day, log=context.log.info, clusters=[cluster]
+            gpumeter.config,
+            gpumeter.warehouse,
+            day,
+            log=context.log.info,
+            clusters=[cluster],
+            acceptance=Acceptance.from_tags(context.run.tags),
         )
         for model in load_models():
             if model.ephemeral:

@@ -23,6 +23,7 @@ from gpumeter.models.project import AccountingError
 from gpumeter.pipelines.definitions import INVOICE_MONTH_JOB, METER_DAY_JOB, build_definitions
 from gpumeter.pipelines.partitions import cluster_day_key
 from gpumeter.storage.files import WarehouseError
+from gpumeter.storage.replacement import Acceptance
 
 # A user's or a source's problem (the CLI's exit 2), each with its subclasses (the refusals of
 # gpumeter.billing.refusals are InvoiceErrors, a busy lock is a WarehouseError); anything else is a bug.
@@ -194,12 +195,21 @@ def _materialized(result: ExecuteInProcessResult) -> dict[str, dict[str, Any]]:
 
 
 def _execute(
-    config_path: str, job_name: str, partition: str, instance: DagsterInstance, label: str | None = None
+    config_path: str,
+    job_name: str,
+    partition: str,
+    instance: DagsterInstance,
+    label: str | None = None,
+    tags: Mapping[str, str] | None = None,
 ) -> RunOutcome:
     job, run_config = _logged(build_definitions(config_path).resolve_job_def(job_name), {})
     with _run_output():
         result = job.execute_in_process(
-            partition_key=partition, instance=instance, run_config=run_config, raise_on_error=False
+            partition_key=partition,
+            instance=instance,
+            run_config=run_config,
+            raise_on_error=False,
+            tags=dict(tags or {}),
         )
     if not result.success:
         message, internal = _failure(result)
@@ -212,16 +222,20 @@ def meter_days(
     days: Iterable[date],
     on_day: Callable[[RunOutcome], None] | None = None,
     clusters: Sequence[str] | None = None,
+    acceptance: Acceptance | None = None,
 ) -> list[RunOutcome]:
     """One meter_day run per (cluster, day) partition, day by day (default: every cluster of the config).
-    `on_day` is called after each partition's run."""
+    `on_day` is called after each partition's run. `acceptance`: a stored day may be replaced with less
+    (gpumeter.storage.replacement), as its runs' tags say."""
     names = select_clusters(load_config(config_path), clusters)
     outcomes = []
     with _instance() as instance:
         for day in days:
             for cluster in names:
                 key = cluster_day_key(cluster, day)
-                run = _execute(config_path, METER_DAY_JOB, key, instance, f"cluster {cluster} day {day}")
+                label = f"cluster {cluster} day {day}"
+                tags = acceptance.tags() if acceptance else None
+                run = _execute(config_path, METER_DAY_JOB, key, instance, label, tags)
                 outcome = replace(run, cluster=cluster, day=day)
                 outcomes.append(outcome)
                 if on_day:
