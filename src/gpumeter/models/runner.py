@@ -34,6 +34,7 @@ from gpumeter.models.project import (
 )
 from gpumeter.models.python_models import PYTHON_MODEL_FUNCTIONS
 from gpumeter.storage.objectstore import duckdb_paths, sql_path_list
+from gpumeter.storage.spill import spill_error
 
 
 def _set_variables(
@@ -180,6 +181,12 @@ def meter_day(
                 if on_model:
                     on_model(model)
         return results
+    except (duckdb.Error, AccountingError, OSError) as exc:
+        # A disk that fills while DuckDB spills is the warehouse's problem, not the model's.
+        full = spill_error(exc.__cause__ if isinstance(exc, AccountingError) else exc, temp_directory)
+        if full is None:
+            raise
+        raise full from None
     finally:
         con.close()
         shutil.rmtree(folder, ignore_errors=True)

@@ -13,6 +13,9 @@ The warehouse (docs/deploy.md, docs/billing.md):
     <root>/.locks/budget_alerts.lock                                        held while one alert is delivered
     <root>/.locks/cluster=<cluster>/day=<YYYY-MM-DD>.lock                   the (cluster, day) lock
     <root>/.tmp/                                                            DuckDB spill and staged writes
+    <root>/.journals/cluster=<cluster>.day=<YYYY-MM-DD>.json                 a (cluster, day) commit under way:
+                                                                           its staged → target files (a
+                                                                           killed run's is rolled forward)
     <root>/provisional/<zone>/<table>/cluster=<c>/day=<d>/data.parquet      today so far: a day metered up to
                                                                            its last full hour, until the
                                                                            nightly run replaces it
@@ -40,6 +43,7 @@ PERIODS = "periods"
 EXPORTS = "exports"
 LOCKS = ".locks"
 SCRATCH = ".tmp"
+JOURNALS = ".journals"  # one file per (cluster, day) commit under way (storage.day_commit)
 # A day metered before its end (raw pull and marts, in the zones above under this folder): never billed.
 PROVISIONAL = "provisional"
 
@@ -98,6 +102,17 @@ def partition_of(path: PurePath | object) -> tuple[str, date]:
 
 def lock_file(root: P, cluster: str, day: date) -> P:
     return root / LOCKS / f"cluster={cluster}" / f"day={day.isoformat()}.lock"  # type: ignore[operator]
+
+
+def journal_file(root: P, cluster: str, day: date) -> P:
+    """The journal of a (cluster, day) commit under way, beside the lock that guards it."""
+    return root / JOURNALS / f"cluster={cluster}.day={day.isoformat()}.json"  # type: ignore[operator]
+
+
+def journal_day(name: str) -> tuple[str, date] | None:
+    """(cluster, day) of a journal's file name, None for anything else in the journals folder."""
+    found = re.fullmatch(r"cluster=(?P<cluster>.+)\.day=(?P<day>\d{4}-\d{2}-\d{2})\.json", name)
+    return (found["cluster"], date.fromisoformat(found["day"])) if found else None
 
 
 def provisional_root(root: P) -> P:

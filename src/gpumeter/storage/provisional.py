@@ -29,9 +29,9 @@ THROUGH_TYPE = pa.timestamp("ms", tz="UTC")
 
 
 def zone(warehouse: Warehouse) -> Warehouse:
-    """The provisional zone as a warehouse of the same layout. Its lock files are never used: a provisional
-    run takes the warehouse's own (cluster, day) lock, the one the nightly run holds."""
-    return Warehouse(paths.provisional_root(warehouse.root))
+    """The provisional zone as a warehouse of the same layout, whose (cluster, day) locks and commit journals
+    are the warehouse's own: a provisional run takes the lock the nightly run holds."""
+    return Warehouse(paths.provisional_root(warehouse.root), lock_root=warehouse.lock_base)
 
 
 def with_through(rows: pa.Table, through: datetime) -> pa.Table:

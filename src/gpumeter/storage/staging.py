@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import shutil
 from contextlib import suppress
+from datetime import date
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from gpumeter.storage.day_commit import DayCommit
 from gpumeter.storage.files import (
-    _install,
-    _sweep_stale_temps,
     _temp_beside,
     _write_error,
     parquet_write_options,
@@ -20,13 +20,21 @@ from gpumeter.storage.files import (
 
 class StagedDay:
     """A (cluster, day)'s tables written part by part into temp files, so that a day larger than memory can be
-    stored (a 10,000-GPU raw day). Nothing stored changes until `commit`, which replaces each table's file
-    the way `write_day` does (atomic rename locally, one upload on an object store); `discard` (or a failure
-    before commit) leaves the stored day as it was."""
+    stored (a 10,000-GPU raw day). Nothing stored changes until `commit`, which replaces every table's file
+    at once (gpumeter.storage.day_commit: all staged beside their targets, journaled, then renamed);
+    `discard` (or a failure before the journal) leaves the stored day as it was."""
 
-    def __init__(self, targets: dict[str, Path], schemas: dict[str, pa.Schema], scratch: Path) -> None:
+    def __init__(
+        self,
+        targets: dict[str, Path],
+        schemas: dict[str, pa.Schema],
+        scratch: Path,
+        commit: DayCommit | None = None,
+    ) -> None:
         """`targets`: each table's stored file; `scratch`: a local folder of this writer's own (an object
-        store's parts are staged there before their upload)."""
+        store's parts are staged there before their upload); `commit`: the day's (Warehouse.day_commit),
+        else one without a journal."""
+        self._commit = commit or DayCommit(None, "", date.min)
         self.targets = targets
         self.schemas = schemas
         self.rows = dict.fromkeys(schemas, 0)
@@ -64,23 +72,20 @@ class StagedDay:
         self.rows[table] += rows.num_rows
 
     def commit(self) -> dict[str, int]:
-        """Replace every table's stored file (a table no part had is stored empty); rows per table."""
+        """Replace every table's stored file together (a table no part had is stored empty); rows per table.
+        The caller holds the day lock."""
         try:
-            for table, target in self.targets.items():
-                if table not in self._writers:
-                    self.write(table, self.schemas[table].empty_table())
-                temp = self._temps.pop(table)
-                try:
-                    self._writers.pop(table).close()
-                    if isinstance(target, Path):
-                        _sweep_stale_temps(target)
-                        _install(temp, target)
-                    else:
-                        target.fs.put_file(str(temp), target.path)
-                except OSError as exc:
-                    temp.unlink(missing_ok=True)
-                    raise _write_error(target, exc) from None
-                temp.unlink(missing_ok=True)
+            with self._commit as day:
+                for table, target in self.targets.items():
+                    if table not in self._writers:
+                        self.write(table, self.schemas[table].empty_table())
+                    temp = self._temps.pop(table)
+                    try:
+                        self._writers.pop(table).close()
+                    except OSError as exc:
+                        temp.unlink(missing_ok=True)
+                        raise _write_error(target, exc) from None
+                    day.stage_file(target, temp)
         finally:
             self.discard()
         return dict(self.rows)

@@ -18,6 +18,7 @@ from __future__ import annotations
 import os
 import re
 import tempfile
+import time
 from collections.abc import Iterable, Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
@@ -29,8 +30,9 @@ import duckdb
 import pyarrow as pa
 from upath import UPath
 
-from gpumeter.storage import locks, paths
-from gpumeter.storage.files import atomic_write_parquet, read_parquet
+from gpumeter.storage import day_commit, locks, paths
+from gpumeter.storage.day_commit import DayCommit
+from gpumeter.storage.files import WarehouseError, atomic_write_parquet, read_parquet
 from gpumeter.storage.objectstore import (
     _object_store_root,
     duckdb_paths,
@@ -38,6 +40,7 @@ from gpumeter.storage.objectstore import (
     local_path_of,
     sql_path_list,
 )
+from gpumeter.storage.spill import sweep_dead_scratch
 from gpumeter.storage.staging import StagedDay
 
 if TYPE_CHECKING:
@@ -46,11 +49,17 @@ if TYPE_CHECKING:
 # A stored table's name becomes a DuckDB view name: only what gpumeter itself names tables.
 _TABLE_NAME = re.compile(r"^[a-z][a-z0-9_]*$")
 
+# How long a reader waits for a live writer to finish a commit it found under way (one takes milliseconds).
+READER_WAIT_S = 5.0
+
 
 @dataclass(frozen=True)
 class Warehouse:
     # A pathlib.Path for a local warehouse, a UPath (fsspec) for an object store: the same API.
     root: Path | UPath
+    # Where the (cluster, day) locks and commit journals live when not under `root` (the provisional zone:
+    # the warehouse's own, which its runs hold).
+    lock_root: Path | UPath | None = None
 
     @classmethod
     def at(
@@ -101,12 +110,14 @@ class Warehouse:
         """A local directory for DuckDB to spill to: under the root when it is local, else under the
         system temp directory (on Kubernetes an emptyDir; docs/deploy.md)."""
         base = Path(tempfile.gettempdir()) / "gpumeter" if self.is_object_store else self.root
+        sweep_dead_scratch(base / paths.SCRATCH)  # a killed run's folders: nothing else removes them
         return base / paths.SCRATCH / name
 
     def day_paths(
         self, zone: str, table: str, days: Iterable[date], cluster: str | None = None
     ) -> list[Path]:
         wanted = {d.isoformat() for d in days}
+        self.finish_commits()
         base = self.table_dir(zone, table)
         if not base.exists():
             return []
@@ -118,6 +129,7 @@ class Warehouse:
         return found
 
     def days(self, zone: str, table: str) -> list[tuple[str, date]]:
+        self.finish_commits()
         base = self.table_dir(zone, table)
         return [paths.partition_of(path) for path in sorted(base.glob(paths.DAY_FILES_GLOB), key=str)]
 
@@ -132,18 +144,49 @@ class Warehouse:
 
     # --- the per-(cluster, day) lock ---------------------------------------------------------
     def lock_path(self, cluster: str, day: date) -> Path:
-        return paths.lock_file(self.root, cluster, day)
+        return paths.lock_file(self.lock_base, cluster, day)
+
+    @property
+    def lock_base(self) -> Path | UPath:
+        return self.root if self.lock_root is None else self.lock_root
 
     @contextmanager
     def day_lock(self, day: date, *, cluster: str, timeout_s: float | None = None) -> Iterator[None]:
         """Hold the (cluster, day)'s lock (gpumeter.storage.locks). `cluster` is required: a day-wide lock
-        would not exclude the per-cluster ones."""
+        would not exclude the per-cluster ones. A commit of the day that a killed run left half done is
+        completed first (gpumeter.storage.day_commit), so the holder starts from a whole day."""
         with locks.hold(self.lock_path(cluster, day), f"cluster {cluster} day {day.isoformat()}", timeout_s):
+            day_commit.roll_forward(self.lock_base, cluster, day)
             yield
+
+    def finish_commits(self) -> None:
+        """Before a read: complete every commit a killed run left half done (its journal pending and its day
+        lock free). One folder listing when there is none. A commit whose writer is alive is waited for up to
+        READER_WAIT_S; past that (or without write access) the reader reads what is stored, which may be half
+        a day (gpumeter.storage.day_commit says what a reader can see)."""
+        base = self.lock_base
+        for cluster, day in day_commit.pending(base):
+            deadline = time.monotonic() + READER_WAIT_S
+            while True:
+                try:
+                    with self.day_lock(day, cluster=cluster, timeout_s=0):
+                        break  # day_lock rolled it forward
+                except locks.LockBusy:
+                    if time.monotonic() >= deadline or (cluster, day) not in day_commit.pending(base):
+                        break
+                    time.sleep(0.05)
+                except WarehouseError:
+                    break  # a read-only reader: it cannot finish the commit, and reads what is stored
 
     # --- writes ------------------------------------------------------------------------------
     def write_day(self, zone: str, table: str, cluster: str, day: date, rows: pa.Table) -> Path:
+        """One table's file of the day; a day's several tables are replaced together with `day_commit`."""
         return atomic_write_parquet(self.day_path(zone, table, cluster, day), rows)
+
+    def day_commit(self, cluster: str, day: date) -> DayCommit:
+        """New files of a (cluster, day), installed together (gpumeter.storage.day_commit); the caller holds
+        the day lock."""
+        return DayCommit(self.lock_base, cluster, day)
 
     def stage_day(self, zone: str, cluster: str, day: date, schemas: dict[str, pa.Schema]) -> StagedDay:
         """A writer of a (cluster, day)'s tables part by part, replacing the stored files only at commit."""
@@ -151,6 +194,7 @@ class Warehouse:
             {table: self.day_path(zone, table, cluster, day) for table in schemas},
             schemas,
             self.scratch_dir(f"stage-{cluster}-{day.isoformat()}-{os.getpid()}"),
+            commit=self.day_commit(cluster, day),
         )
 
     def write_period(self, zone: str, table: str, period: str, rows: pa.Table) -> Path:
@@ -168,7 +212,10 @@ class Warehouse:
 
     def connect(self) -> duckdb.DuckDBPyConnection:
         """An in-memory DuckDB session with a view per stored table: reading never locks a writer.
-        Stored tables carry their own cluster/day columns, so the Hive path is not read back."""
+        Stored tables carry their own cluster/day columns, so the Hive path is not read back. A commit a
+        killed run left half done is completed first (finish_commits); the views glob their files at each
+        query."""
+        self.finish_commits()
         con = duckdb.connect()
         for zone in (paths.RAW, paths.STAGING, paths.INTERMEDIATE, paths.MARTS):
             zone_dir = self.root / zone
