@@ -77,7 +77,10 @@ def pools(draw: st.DrawFn) -> dict[str, Any]:
         profiles = draw(st.sampled_from([None, ["3g.40gb", "2g.20gb", "2g.20gb"], ["1g.10gb"] * 3]))
         devices = [None] if profiles is None else [(str(i + 1), p) for i, p in enumerate(profiles)]
         for device in devices:
-            samples = draw(st.lists(st.integers(0, 40), min_size=0, max_size=30, unique=True))
+            # A run of consecutive scrapes: samples scattered with gaps of 2 Δ or more are a scrape interval
+            # set wrong, which the day's interval check refuses (test_rules), not a money case.
+            first = draw(st.integers(0, 40))
+            samples = list(range(first, first + draw(st.integers(0, 30))))
             holders = draw(st.lists(st.integers(0, 3), min_size=0, max_size=3, unique=True))
             gpus.append((f"GPU-{g}", device, sorted(samples), holders))
         # A MIG GPU's GPU-level series: observed wherever any of its series is.
