@@ -5,7 +5,6 @@ place. Its results must be those of the same days on a local warehouse."""
 from __future__ import annotations
 
 import hashlib
-import logging
 import threading
 from collections.abc import Iterator
 from datetime import date
@@ -26,6 +25,7 @@ from gpumeter.storage.paths import MARTS, RAW
 from gpumeter.storage.warehouse import Warehouse
 from gpumeter.views.scoped import Filters, Views, local_viewer
 from tests.builders import edit_config
+from tests.s3_server import s3_server
 
 moto_server = pytest.importorskip("moto.server")
 s3fs = pytest.importorskip("s3fs")
@@ -41,22 +41,9 @@ MART_TABLES = sorted({m.table for m in load_models() if m.layer == "marts"})
 
 @pytest.fixture(scope="module")
 def s3_endpoint() -> Iterator[str]:
-    """A real S3 API server on 127.0.0.1, with credentials and endpoint in the standard AWS variables."""
-    logging.getLogger("werkzeug").setLevel(logging.ERROR)  # one line per request otherwise
-    server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    endpoint = f"http://{host}:{port}"
-    with pytest.MonkeyPatch.context() as env:
-        env.setenv("AWS_ACCESS_KEY_ID", "gpumeter-test")
-        env.setenv("AWS_SECRET_ACCESS_KEY", "gpumeter-test-secret")
-        env.setenv("AWS_REGION", "us-east-1")
-        env.setenv("AWS_ENDPOINT_URL", endpoint)
-        s3fs.S3FileSystem.clear_instance_cache()
-        s3fs.S3FileSystem(endpoint_url=endpoint).mkdir(BUCKET)
+    """A real S3 API server on 127.0.0.1 (tests/s3_server.py)."""
+    with s3_server(BUCKET) as endpoint:
         yield endpoint
-        s3fs.S3FileSystem.clear_instance_cache()
-    server.stop()
 
 
 def _metered(out: Path, warehouse_path: str | None) -> Path:

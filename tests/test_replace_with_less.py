@@ -100,45 +100,50 @@ def billed_day(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> tuple[Path
     return tmp_path, config, _stored(tmp_path)
 
 
-def test_a_source_without_the_day_is_refused_and_the_stored_day_stays(
-    billed_day: tuple[Path, Path, dict[str, str]], capsys: pytest.CaptureFixture[str]
+def _drop(root: Path, table: str) -> None:
+    shutil.rmtree(root / "source" / table)
+
+
+LOSSES = {
+    # the DCGM file deleted
+    "without_the_day": (
+        lambda root: _drop(root, "raw_dcgm_samples"),
+        [
+            "holds no GPU samples of the day",
+            "GPU-minutes the GPUs' exporter reported: 0 where 120 are stored (0.0%)",
+        ],
+    ),
+    # retention no longer holds 00:00-01:00
+    "lost_the_first_hour": (
+        lambda root: _source(root, range(120, 240)),
+        [
+            "holds GPU samples of the day from 01:00 UTC on, the stored day from 00:00",
+            "60 where 120 are stored (50.0%)",
+        ],
+    ),
+    # kube-state-metrics' file deleted: the tenants' time would have gone to no one
+    "missing_kube_state_metrics_file": (
+        lambda root: _drop(root, "raw_kube_samples"),
+        ["minutes in which kube-state-metrics and the other Kubernetes exporters were scraped: 0 where 120"],
+    ),
+}
+
+
+@pytest.mark.parametrize("loss", sorted(LOSSES))
+def test_a_source_that_lost_samples_is_refused_and_the_stored_day_stays(
+    loss: str, billed_day: tuple[Path, Path, dict[str, str]], capsys: pytest.CaptureFixture[str]
 ) -> None:
     root, config, before = billed_day
-    shutil.rmtree(root / "source" / "raw_dcgm_samples")  # the file deleted
+    lose, said = LOSSES[loss]
+    lose(root)
     assert _run(config) == 2
     line = _error(capsys)
-    assert "holds no GPU samples of the day" in line
-    assert "GPU-minutes the GPUs' exporter reported: 0 where 120 are stored (0.0%)" in line
+    for words in said:
+        assert words in line
     assert "The stored day stays: its samples and 7.20 USD billed to tenants" in line
     assert '--replace-with-less "why"' in line
     assert _stored(root) == before  # raw samples and marts byte for byte
     assert read_audit(Warehouse.of(load_config(config).warehouse)) == []
-
-
-def test_a_source_that_lost_the_first_hour_is_refused_naming_the_hour(
-    billed_day: tuple[Path, Path, dict[str, str]], capsys: pytest.CaptureFixture[str]
-) -> None:
-    root, config, before = billed_day
-    _source(root, range(120, 240))  # retention no longer holds 00:00-01:00
-    assert _run(config) == 2
-    line = _error(capsys)
-    assert "holds GPU samples of the day from 01:00 UTC on, the stored day from 00:00" in line
-    assert "60 where 120 are stored (50.0%)" in line
-    assert _stored(root) == before
-
-
-def test_a_missing_kube_state_metrics_file_is_refused(
-    billed_day: tuple[Path, Path, dict[str, str]], capsys: pytest.CaptureFixture[str]
-) -> None:
-    root, config, before = billed_day
-    shutil.rmtree(root / "source" / "raw_kube_samples")
-    assert _run(config) == 2
-    line = _error(capsys)
-    assert (
-        "minutes in which kube-state-metrics and the other Kubernetes exporters were scraped: 0 where 120"
-        in line
-    )
-    assert _stored(root) == before
 
 
 def test_a_config_that_bills_tenants_less_is_refused_at_the_bill(

@@ -5,7 +5,6 @@ SIGKILL, a real S3 server for the object store."""
 from __future__ import annotations
 
 import hashlib
-import logging
 import os
 import signal
 import subprocess
@@ -24,6 +23,7 @@ from gpumeter.storage.paths import MARTS, RAW
 from gpumeter.storage.spill import spill_error
 from gpumeter.storage.warehouse import Warehouse
 from tests.builders import FactoryBuilder
+from tests.s3_server import s3_server
 from tests.test_rules import H100, P1, factory, make_config
 from tests.whole_day_child import CLUSTER, DAY, TABLES, day_rows
 
@@ -278,24 +278,9 @@ BUCKET = "gpumeter-whole-day"
 
 @pytest.fixture(scope="module")
 def s3_endpoint() -> Iterator[str]:
-    """A real S3 API server on 127.0.0.1 (moto's), as tests/test_object_store.py starts it."""
-    moto_server = pytest.importorskip("moto.server")
-    s3fs = pytest.importorskip("s3fs")
-    logging.getLogger("werkzeug").setLevel(logging.ERROR)
-    server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    endpoint = f"http://{host}:{port}"
-    with pytest.MonkeyPatch.context() as env:
-        env.setenv("AWS_ACCESS_KEY_ID", "gpumeter-test")
-        env.setenv("AWS_SECRET_ACCESS_KEY", "gpumeter-test-secret")
-        env.setenv("AWS_REGION", "us-east-1")
-        env.setenv("AWS_ENDPOINT_URL", endpoint)
-        s3fs.S3FileSystem.clear_instance_cache()
-        s3fs.S3FileSystem(endpoint_url=endpoint).mkdir(BUCKET)
+    """A real S3 API server on 127.0.0.1 (tests/s3_server.py)."""
+    with s3_server(BUCKET) as endpoint:
         yield endpoint
-        s3fs.S3FileSystem.clear_instance_cache()
-    server.stop()
 
 
 def _objects(warehouse: Warehouse) -> list[str]:

@@ -25,7 +25,7 @@ from gpumeter.billing.invoices import Period, billed_tenants, invoice_csv, tenan
 from gpumeter.billing.status import Status
 from gpumeter.config import Config
 from gpumeter.storage import locks, paths
-from gpumeter.storage.files import atomic_write_bytes, atomic_write_text
+from gpumeter.storage.files import atomic_write_bytes, atomic_write_text, fsync_folder
 
 # (the period's lines, config, period, exports folder, status of the lines) -> the files written
 Writer = Callable[[pa.Table, Config, Period, Path, Status], list[Path]]
@@ -142,23 +142,15 @@ def sweep_leftovers(out_dir: Path) -> None:
         shutil.rmtree(leftover, ignore_errors=True)
 
 
-def _fsync_dir(folder: Path) -> None:
-    fd = os.open(folder, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def _swap(staged: Path, out_dir: Path) -> None:
     """Make the complete staged folder the month's folder: the old renamed away, the staged renamed in, the
     old removed. Between the two renames the month has no folder; sweep_leftovers puts the old one back."""
-    _fsync_dir(staged)
+    fsync_folder(staged)
     old = out_dir.parent / _staged_name(out_dir, "old")
     if out_dir.exists():
         os.rename(out_dir, old)
     os.rename(staged, out_dir)
-    _fsync_dir(out_dir.parent)
+    fsync_folder(out_dir.parent)
     shutil.rmtree(old, ignore_errors=True)
 
 

@@ -44,6 +44,7 @@ from gpumeter.storage.files import (
     _temp_beside,
     _write_error,
     atomic_write_text,
+    fsync_folder,
     move,
     parquet_write_options,
 )
@@ -126,7 +127,7 @@ class DayCommit:
                 raise
             self._journaled = True
             if isinstance(journal, Path):
-                _fsync_folder(journal.parent)  # the journal is durable before the first rename
+                fsync_folder(journal.parent)  # the journal is durable before the first rename
         _rename_all(pairs, journal)
         self._staged.clear()
         self._journaled = False
@@ -221,7 +222,7 @@ def _rename_all(pairs: list[tuple[AnyPath, AnyPath]], journal: AnyPath | None) -
             raise _unfinished(journal, target, exc) from None
     try:
         for folder in {target.parent for _, target in pairs if isinstance(target, Path)}:
-            _fsync_folder(folder)
+            fsync_folder(folder)
     except OSError as exc:
         raise _unfinished(journal, pairs[-1][1], exc) from None
 
@@ -276,14 +277,6 @@ def _remove(journal: AnyPath) -> None:
             journal.fs.rm_file(journal.path)
     except OSError:
         return
-
-
-def _fsync_folder(folder: Path) -> None:
-    fd = os.open(folder, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _fsync(path: Path) -> None:

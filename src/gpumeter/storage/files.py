@@ -169,6 +169,15 @@ def append_line(path: Path, line: str) -> None:
             os.close(dir_fd)
 
 
+def fsync_folder(folder: Path) -> None:
+    """Make a folder's entries (a rename, a new file) durable."""
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 def move(source: Path, target: Path) -> None:
     """Rename a file: atomic locally; on an object store a copy then a delete (the source stays whole
     until the copy is complete)."""
