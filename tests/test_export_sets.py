@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -24,6 +25,7 @@ from gpumeter.billing.month import roll_up_month
 from gpumeter.cli.main import main
 from gpumeter.config import parse_config
 from gpumeter.storage.warehouse import Warehouse
+from tests.s3_server import s3_server
 
 PERIOD = "2026-11"
 NOV = Period.parse(PERIOD)
@@ -217,3 +219,96 @@ def test_a_failed_step_keeps_the_record_so_the_next_step_of_the_run_keeps_the_se
     monkeypatch.undo()
     write_exports(lines, config(), NOV, out, status, kinds=("focus",))
     assert _digests(out) == whole
+
+
+# --- on an object store -------------------------------------------------------------------------------
+
+BUCKET = "gpumeter-export-sets"
+
+
+@pytest.fixture(scope="module")
+def s3_endpoint() -> Iterator[str]:
+    with s3_server(BUCKET) as endpoint:
+        yield endpoint
+
+
+def _s3_month(s3_endpoint: str, name: str) -> tuple[Warehouse, Path]:
+    warehouse = Warehouse.at(f"s3://{BUCKET}/{name}", endpoint_url=s3_endpoint)
+    _store(warehouse, D_NOV, NOV_ROWS)
+    roll_up_month(config(), warehouse, PERIOD)
+    return warehouse, periods.published_exports(warehouse, PERIOD)
+
+
+def _s3_digests(folder: Path) -> dict[str, str]:
+    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(folder.iterdir(), key=str)}
+
+
+def test_on_an_object_store_a_set_replaces_the_previous_one_at_once(s3_endpoint: str, tmp_path: Path) -> None:
+    """Each set is a folder of its own; the set's record (one PUT) switches readers to it, then the previous
+    set is deleted: a tenant no longer billed has no file left, and nothing else is left in the month."""
+    wh, first = _s3_month(s3_endpoint, "switch")
+    assert f"tenant_invoice_{PERIOD}_serving.pdf" in _s3_digests(first)
+    _store(wh, D_NOV, WITHOUT_SERVING)
+    roll_up_month(parse_config(CONFIG_WITHOUT_SERVING.format(currency="USD")), wh, PERIOD)
+    second = periods.published_exports(wh, PERIOD)
+    assert second != first and not first.exists()
+    assert set(_s3_digests(second)) == {
+        f"invoice_lines_{PERIOD}_all.csv",
+        f"invoice_lines_{PERIOD}_all.focus.csv",
+        f"invoice_lines_{PERIOD}_ml-training.csv",
+        f"tenant_invoice_{PERIOD}_ml-training.html",
+        f"tenant_invoice_{PERIOD}_ml-training.pdf",
+    }
+    month = periods.exports_dir(wh, PERIOD)
+    assert [p.name for p in month.iterdir()] == [second.name]  # only the current set
+    # `gpumeter invoices --out` delivers the current set, and only it
+    config_path = tmp_path / "config.yaml"
+    config_path.write_text(
+        CONFIG_WITHOUT_SERVING.format(currency="USD")
+        + f"warehouse: {{path: {json.dumps(str(wh.root))}, endpoint_url: {json.dumps(s3_endpoint)}}}\n"
+    )
+    out = tmp_path / "out"
+    assert main(["invoices", "--config", str(config_path), "--period", PERIOD, "--out", str(out)]) == 0
+    assert {p.name for p in out.iterdir()} == set(_s3_digests(periods.published_exports(wh, PERIOD)))
+
+
+def test_on_an_object_store_a_killed_run_leaves_the_previous_set_whole(s3_endpoint: str) -> None:
+    """kill -9 inside the documents writer, its first file of the new figures written: readers still get the
+    previous set, byte for byte; the next write deletes the killed run's set folder."""
+    wh, first = _s3_month(s3_endpoint, "killed")
+    before = _s3_digests(first)
+    _store(wh, D_NOV, WITHOUT_SERVING)
+    child = textwrap.dedent(
+        f"""
+        import os, signal
+        from gpumeter.billing import exports, month
+        from gpumeter.config import parse_config
+        from gpumeter.storage.files import atomic_write_text
+        from gpumeter.storage.warehouse import Warehouse
+
+        def dies(lines, config, period, out_dir, status):
+            atomic_write_text(out_dir / "tenant_invoice_{PERIOD}_ml-training.html", "half a set")
+            os.kill(os.getpid(), signal.SIGKILL)
+
+        exports.EXPORTS["documents"] = dies
+        cfg = parse_config({CONFIG_WITHOUT_SERVING.format(currency="USD")!r})
+        month.roll_up_month(cfg, Warehouse.at({str(wh.root)!r}, endpoint_url={s3_endpoint!r}), {PERIOD!r})
+        """
+    )
+    run = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, timeout=120)
+    assert run.returncode == -signal.SIGKILL, run.stderr
+    assert periods.published_exports(wh, PERIOD) == first
+    assert _s3_digests(first) == before  # byte for byte
+    month = periods.exports_dir(wh, PERIOD)
+    month.fs.invalidate_cache()  # the child wrote to the store: this process's listings are stale
+    assert len(list(month.iterdir())) == 2  # the current set and the killed run's, which no record names
+
+    # the killed run's lock object stays (an object store's lock does not die with its holder): remove it
+    # as its error says, then the next write replaces the set and deletes the killed run's folder
+    for lock in month.parent.glob(".*.lock"):
+        lock.unlink()
+    roll_up_month(parse_config(CONFIG_WITHOUT_SERVING.format(currency="USD")), wh, PERIOD)
+    current = periods.published_exports(wh, PERIOD)
+    assert [p.name for p in month.iterdir()] == [current.name]
+    assert (current / f"tenant_invoice_{PERIOD}_ml-training.html").read_text() != "half a set"
+    assert not any("serving" in name for name in _s3_digests(current))

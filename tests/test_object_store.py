@@ -15,7 +15,7 @@ import pytest
 
 import gpumeter_sim as simulator
 from gpumeter.billing.invoices import Period
-from gpumeter.billing.periods import exports_dir, stored_lines
+from gpumeter.billing.periods import exports_dir, published_exports, stored_lines
 from gpumeter.cli.demo import write_demo_config
 from gpumeter.config import ConfigError, load_config, parse_config
 from gpumeter.models.project import load_models
@@ -111,7 +111,7 @@ def test_month_rolls_up_and_exports_on_s3_r2(s3_config: Path, local_config: Path
     # R2: the month is the sum of its days, on either storage; its export files are the same bytes.
     s3, local = _warehouse(s3_config), _warehouse(local_config)
     assert _rows(stored_lines(s3, PERIOD)) == _rows(stored_lines(local, PERIOD))
-    s3_files = {p.name: p.read_bytes() for p in exports_dir(s3, PERIOD).glob("*")}
+    s3_files = {p.name: p.read_bytes() for p in published_exports(s3, PERIOD).glob("*")}
     local_files = {p.name: p.read_bytes() for p in exports_dir(local, PERIOD).glob("*")}
     assert f"invoice_lines_{PERIOD}_all.csv" in s3_files
     assert s3_files == local_files

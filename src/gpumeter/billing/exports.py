@@ -94,6 +94,12 @@ EXPORT_KINDS = tuple(EXPORTS)
 # A run killed while writing leaves at most a staged folder, or (killed between the two renames) the old
 # folder renamed away: the next write of the month, holding the month's exports lock, removes the former
 # and puts the latter back before it starts.
+#
+# An object store has no rename. There each set is a folder of its own inside the month's folder
+# (`exports/<P>/set-<id>/`), and the set's record names it: the record is one PUT, so writing it switches
+# readers (`published`) from the previous set to the new one at once; then every other object of the month's
+# folder is deleted. A run killed before the record leaves a set folder no record names, deleted by the
+# next write.
 
 
 def _set_key(lines: pa.Table, config: Config, period: Period, status: Status) -> str:
@@ -118,6 +124,14 @@ def _read_set(out_dir: Path) -> dict:
         return json.loads(_set_record(out_dir).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return {}
+
+
+def published(out_dir: Path) -> Path:
+    """The folder that holds the month's current set of exports, for readers: the month's folder, or on an
+    object store the set folder its record names (the month's folder for a set written before sets had
+    folders)."""
+    folder = _read_set(out_dir).get("folder") if not isinstance(out_dir, Path) else None
+    return out_dir / folder if folder else out_dir
 
 
 def _lock(out_dir: Path) -> Path:
@@ -152,6 +166,19 @@ def _swap(staged: Path, out_dir: Path) -> None:
     os.rename(staged, out_dir)
     fsync_folder(out_dir.parent)
     shutil.rmtree(old, ignore_errors=True)
+
+
+def _remove_all_but(out_dir: Path, folder: str) -> None:
+    """Delete every object of the month's folder on an object store but the current set's folder: the
+    previous set, a killed run's set, files of a set written before sets had folders."""
+    out_dir.fs.invalidate_cache(out_dir.path)  # a killed run's folder was written by another process
+    for path in list(out_dir.iterdir()) if out_dir.exists() else []:
+        if path.name == folder:
+            continue
+        if path.is_dir():
+            path.fs.rm(path.path, recursive=True)
+        else:
+            path.unlink()
 
 
 def _write_set(
@@ -197,15 +224,13 @@ def write_exports(
     with locks.hold(_lock(out_dir), f"exports of {period}"):
         before = _read_set(out_dir)
         if not isinstance(out_dir, Path):
-            if before:  # from here on the folder is not the recorded set
-                _set_record(out_dir).unlink()
-            # An object store has no folder rename: each file is one PUT into the month's folder, then the
-            # files of the previous set that this one does not hold are deleted (not atomic as a set).
-            record = _write_set(lines, config, period, out_dir, status, kinds, out_dir, before)
-            keep = {name for names in record["kinds"].values() for name in names}
-            for path in list(out_dir.glob("*")) if out_dir.exists() else []:
-                if path.name not in keep and path.is_file():
-                    path.unlink()
+            folder = f"set-{uuid.uuid4().hex[:12]}"
+            current = published(out_dir)
+            record = _write_set(lines, config, period, out_dir / folder, status, kinds, current, before)
+            record["folder"] = folder
+            atomic_write_text(_set_record(out_dir), json.dumps(record, indent=2) + "\n")  # the switch
+            _remove_all_but(out_dir, folder)
+            return [out_dir / folder / name for kind in kinds for name in record["kinds"][kind]]
         else:
             sweep_leftovers(out_dir)
             out_dir.parent.mkdir(parents=True, exist_ok=True)

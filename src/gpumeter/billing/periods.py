@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from gpumeter.billing.exports import write_exports
+from gpumeter.billing.exports import published, write_exports
 from gpumeter.billing.invoices import INVOICE_SCHEMA, InvoiceError, Period, round_money
 from gpumeter.billing.status import Status, content_hash
 from gpumeter.config import Config
@@ -38,6 +38,11 @@ def invoice_lines_path(warehouse: Warehouse, period: str) -> Path:
 
 def exports_dir(warehouse: Warehouse, period: str) -> Path:
     return warehouse.exports_dir(period)
+
+
+def published_exports(warehouse: Warehouse, period: str) -> Path:
+    """Where readers find the month's current set of exports (gpumeter.billing.exports.published)."""
+    return published(exports_dir(warehouse, period))
 
 
 def period_dir(warehouse: Warehouse, period: str) -> Path:
@@ -226,7 +231,7 @@ def verify_closed(warehouse: Warehouse, period: str) -> list[str]:
     manifest = read_manifest(warehouse, period)
     if not manifest:
         return []
-    out = exports_dir(warehouse, period)
+    out = published_exports(warehouse, period)
     return [
         name
         for name, digest in manifest["files"].items()

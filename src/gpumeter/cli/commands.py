@@ -16,7 +16,7 @@ from rich.markup import escape
 
 from gpumeter.billing.invoices import Period
 from gpumeter.billing.month import check_month
-from gpumeter.billing.periods import close_period, exports_dir, is_closed, read_manifest, reopen_period
+from gpumeter.billing.periods import close_period, is_closed, published_exports, read_manifest, reopen_period
 from gpumeter.billing.refusals import CLOSED, INVOICED
 from gpumeter.cli import render
 from gpumeter.cli.render import console
@@ -98,7 +98,7 @@ def copy_exports(config_path: Path, periods: list[str], out: Path) -> list[Path]
     out.mkdir(parents=True, exist_ok=True)
     copied = []
     for period in periods:
-        for path in sorted(exports_dir(warehouse, period).glob("*"), key=str):
+        for path in sorted(published_exports(warehouse, period).glob("*"), key=str):
             if path.name.startswith(".") or not path.is_file():
                 continue
             (out / path.name).write_bytes(path.read_bytes())

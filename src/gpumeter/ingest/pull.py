@@ -14,7 +14,6 @@ from gpumeter.ingest.coverage import CoverageCounter, stored_coverage
 from gpumeter.ingest.kube_spans import STORED_RAW_TABLES, KubeSpanStaging
 from gpumeter.ingest.schema import RAW_TABLES
 from gpumeter.storage import paths
-from gpumeter.storage.files import atomic_write_text
 from gpumeter.storage.paths import RAW
 from gpumeter.storage.replacement import Acceptance, billed_to_tenants, guard, kept_bill
 from gpumeter.storage.warehouse import Warehouse
@@ -88,11 +87,13 @@ def pull_raw_day(
             for cluster_name, counter in counters.items():
                 _refuse_less(config, warehouse, cluster_name, day, counter, acceptance, log)
             for cluster_name, day_tables in staged.items():
-                for table, rows in day_tables.commit().items():
-                    counts[table] += rows
                 snapshot = snapshots.get(cluster_name)
                 if snapshot is not None:  # keep the claims as read: template claims vanish with their pods
-                    _keep_snapshot(warehouse.day_dir(RAW, paths.K8S, cluster_name, day), day, snapshot)
+                    folder = warehouse.day_dir(RAW, paths.K8S, cluster_name, day)
+                    for target, text in _snapshot_files(folder, day, snapshot):
+                        day_tables.staged.add_file(target, text.encode("utf-8"))
+                for table, rows in day_tables.commit().items():
+                    counts[table] += rows
                 log(
                     f"{cluster_name} {day}: {day_tables.rows['raw_dcgm_samples']:,} DCGM and "
                     f"{day_tables.rows['raw_kube_samples']:,} kube samples"
@@ -146,15 +147,19 @@ def _refuse_less(
     )
 
 
-def _keep_snapshot(folder: Path, day: date, snapshot: K8sSnapshot) -> None:
-    """The Kubernetes documents a source read for `day`, written into the day's raw k8s folder."""
-    for kind in paths.SNAPSHOT_KINDS:
-        if kind in snapshot.documents:  # read at an unknown time (files, the API now)
-            atomic_write_text(
-                folder / paths.snapshot_name(kind), json.dumps(snapshot.documents[kind], sort_keys=True)
-            )
+def _snapshot_files(folder: Path, day: date, snapshot: K8sSnapshot) -> list[tuple[Path, str]]:
+    """The Kubernetes documents a source read for `day`, as files of the day's raw k8s folder (stored with the
+    day's raw tables, in one commit)."""
+    files = [
+        (folder / paths.snapshot_name(kind), json.dumps(snapshot.documents[kind], sort_keys=True))
+        for kind in paths.SNAPSHOT_KINDS
+        if kind in snapshot.documents  # read at an unknown time (files, the API now)
+    ]
     # Timed snapshots (k8s_snapshots_dir) keep their time-named files; each is copied with its own day (the
     # day before's come with that day), beside the day's raw rows.
-    for kept in snapshot.timed_files:
-        if kept.parent.name == paths.day_folder_name(day):
-            atomic_write_text(folder / kept.name, kept.read_text(encoding="utf-8"))
+    files += [
+        (folder / kept.name, kept.read_text(encoding="utf-8"))
+        for kept in snapshot.timed_files
+        if kept.parent.name == paths.day_folder_name(day)
+    ]
+    return files

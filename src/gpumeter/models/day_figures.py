@@ -9,6 +9,7 @@ from decimal import Decimal
 from fractions import Fraction
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from gpumeter.models.project import load_models
 from gpumeter.storage.paths import MARTS
@@ -18,38 +19,43 @@ from gpumeter.storage.warehouse import Warehouse
 POOL = "mart_pool_daily_cost"
 HELD = "mart_device_seconds"
 CHARGES = "mart_tenant_daily_cost"
-FIGURE_MARTS = (POOL, HELD, CHARGES)
+# The columns each mart's figures read (a stored day is read for these only).
+FIGURE_COLUMNS = {
+    POOL: ["observed_gpu_seconds"],
+    HELD: ["tenant", "gpu_seconds"],
+    CHARGES: ["tenant", "amount_units", "units_per_currency"],
+}
 
 
-def _sum(values: list[object]) -> Fraction:
-    return sum((Fraction(Decimal(str(v))) for v in values if v is not None), Fraction(0))
+def _exact_sum(column: pa.ChunkedArray | pa.Array) -> Fraction:
+    """Σ of a decimal column, exactly (Arrow sums decimals without rounding)."""
+    total = pc.sum(column).as_py()
+    return Fraction(Decimal(str(total))) if total is not None else Fraction(0)
 
 
-def _tenants(rows: pa.Table) -> list[bool]:
-    return [tenant not in NO_ONES_BILL for tenant in rows.column("tenant").to_pylist()]
+def _tenants_only(rows: pa.Table) -> pa.Table:
+    return rows.filter(pc.invert(pc.is_in(rows.column("tenant"), pa.array(sorted(NO_ONES_BILL)))))
 
 
 def figures(marts: Mapping[str, pa.Table], currency: str) -> dict[str, tuple[Fraction, str]]:
     """GPU-hours observed, GPU-hours held by tenants and the tenants' bill of a day's marts (the money exact,
     from its units)."""
-    pool, held, charges = (marts[name] for name in FIGURE_MARTS)
-    tenants = _tenants(held)
-    held_seconds = _sum(
-        [v for v, t in zip(held.column("gpu_seconds").to_pylist(), tenants, strict=True) if t]
-    )
     return {
-        "GPU-hours observed": (_sum(pool.column("observed_gpu_seconds").to_pylist()) / 3600, ""),
-        "GPU-hours held by tenants": (held_seconds / 3600, ""),
-        "billed to tenants": (tenants_bill(charges), currency),
+        "GPU-hours observed": (_exact_sum(marts[POOL].column("observed_gpu_seconds")) / 3600, ""),
+        "GPU-hours held by tenants": (
+            _exact_sum(_tenants_only(marts[HELD]).column("gpu_seconds")) / 3600,
+            "",
+        ),
+        "billed to tenants": (tenants_bill(marts[CHARGES]), currency),
     }
 
 
 def stored_marts(warehouse: Warehouse, cluster: str, day: date) -> dict[str, pa.Table] | None:
-    """The stored marts FIGURE_MARTS reads of a (cluster, day); None when the day has no stored bill."""
+    """The stored columns FIGURE_COLUMNS of a (cluster, day)'s marts; None when the day has no stored bill."""
     tables = {m.name: m.table for m in load_models()}
     found = {}
-    for name in FIGURE_MARTS:
-        rows = warehouse.read_days(MARTS, tables[name], [day], cluster)
+    for name, columns in FIGURE_COLUMNS.items():
+        rows = warehouse.read_days(MARTS, tables[name], [day], cluster, columns)
         if rows is None:
             return None
         found[name] = rows

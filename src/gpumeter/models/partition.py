@@ -97,7 +97,7 @@ def _refuse_less(
 ) -> None:
     """Keep the stored day when the re-run observes, attributes or bills less of it."""
     stored = day_figures.stored_marts(warehouse, cluster, day)
-    if stored is None or any(name not in tables for name in day_figures.FIGURE_MARTS):
+    if stored is None or any(name not in tables for name in day_figures.FIGURE_COLUMNS):
         return
     guard(
         warehouse,

@@ -166,9 +166,11 @@ def _meter_locked(
         shutil.rmtree(spill, ignore_errors=True)
     models = {m.name: m for m in load_models()}
     rows = {}
-    for name, table in results.items():
-        zone.write_day(MARTS, models[name].table, cluster, day, provisional.with_through(table, through))
-        rows[models[name].table] = table.num_rows
+    with zone.day_commit(cluster, day) as commit:  # the day's marts replace the former ones together
+        for name, table in results.items():
+            target = zone.day_path(MARTS, models[name].table, cluster, day)
+            commit.stage_table(target, provisional.with_through(table, through))
+            rows[models[name].table] = table.num_rows
     message = f"{cluster} {day}: metered through {through_text(through)}, provisional"
     log(message)
     return SoFar(cluster, day, through, True, message, rows)

@@ -24,8 +24,8 @@ from gpumeter.billing.invoices import Period, Reconciliation, build_invoice_line
 from gpumeter.billing.periods import (
     closed_lines_path,
     closed_periods,
-    exports_dir,
     is_closed,
+    published_exports,
     read_lines,
     stored_lines,
     verify_closed,
@@ -463,7 +463,7 @@ def invoice_csv_reconciles(warehouse: Warehouse, period: str, minor_unit: int) -
     spec = INVOICE_CSV_CHECK
     if is_closed(warehouse, period):
         return _closed_files_intact(warehouse, period, spec)
-    path = exports_dir(warehouse, period) / paths.invoice_csv_name(period)
+    path = published_exports(warehouse, period) / paths.invoice_csv_name(period)
     total, count = _csv_column_total(path, "amount")
     pool = warehouse.read_days(MARTS, "pool_daily_cost", Period.parse(period).days())
     expected = (_sum(pool, "pool_cost") if pool is not None else Decimal(0)) + sum(
@@ -493,7 +493,7 @@ def focus_billed_cost_total(warehouse: Warehouse, period: str) -> AssetCheckResu
     spec = INVOICE_FOCUS_CHECK
     if is_closed(warehouse, period):
         return _closed_files_intact(warehouse, period, spec)
-    out = exports_dir(warehouse, period)
+    out = published_exports(warehouse, period)
     invoiced, lines = _csv_column_total(out / paths.invoice_csv_name(period), "amount")
     billed, rows = _csv_column_total(out / paths.focus_csv_name(period), "BilledCost")
     return AssetCheckResult(

@@ -187,10 +187,10 @@ def move(source: Path, target: Path) -> None:
         source.fs.mv(source.path, target.path)
 
 
-def read_parquet(path: Path | UPath) -> pa.Table:
-    """A stored Parquet file, local or on an object store (without Hive inference: tables carry their
-    own cluster/day columns)."""
+def read_parquet(path: Path | UPath, columns: list[str] | None = None) -> pa.Table:
+    """A stored Parquet file (its `columns`, default all), local or on an object store (without Hive
+    inference: tables carry their own cluster/day columns)."""
     if isinstance(path, Path):
-        return pq.read_table(path, partitioning=None)
+        return pq.read_table(path, columns=columns, partitioning=None)
     with path.open("rb") as fh:
-        return pq.read_table(fh, partitioning=None)
+        return pq.read_table(fh, columns=columns, partitioning=None)

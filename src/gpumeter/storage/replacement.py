@@ -22,6 +22,7 @@ from decimal import Decimal
 from fractions import Fraction
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from gpumeter.config import RESERVED_BUCKETS
 from gpumeter.storage import paths
@@ -86,22 +87,19 @@ class LessThanStored(WarehouseError):
 
 def tenants_bill(charges: pa.Table) -> Fraction:
     """What rows of the tenants' daily charges bill the tenants (the idle pool and unclaimed time are no one's
-    bill), exactly, from their units of money."""
-    total = Fraction(0)
-    for tenant, units, per in zip(
-        charges.column("tenant").to_pylist(),
-        charges.column("amount_units").to_pylist(),
-        charges.column("units_per_currency").to_pylist(),
-        strict=True,
-    ):
-        if tenant not in NO_ONES_BILL and units is not None and per:
-            total += Fraction(int(units), int(per))
-    return total
+    bill), exactly, from their units of money (one currency's units per table)."""
+    tenants = charges.filter(pc.invert(pc.is_in(charges.column("tenant"), pa.array(sorted(NO_ONES_BILL)))))
+    if not tenants.num_rows:
+        return Fraction(0)
+    units = pc.sum(tenants.column("amount_units")).as_py()
+    per = pc.max(tenants.column("units_per_currency")).as_py()
+    return Fraction(int(units), int(per)) if units is not None and per else Fraction(0)
 
 
 def billed_to_tenants(warehouse: Warehouse, cluster: str, day: date) -> Fraction | None:
     """The stored (cluster, day)'s tenants' bill; None when the day has no stored bill."""
-    rows = warehouse.read_days(paths.MARTS, paths.TENANT_DAILY_COST, [day], cluster)
+    columns = ["tenant", "amount_units", "units_per_currency"]
+    rows = warehouse.read_days(paths.MARTS, paths.TENANT_DAILY_COST, [day], cluster, columns)
     return None if rows is None else tenants_bill(rows)
 
 

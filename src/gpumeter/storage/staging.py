@@ -41,6 +41,7 @@ class StagedDay:
         self._scratch = scratch
         self._temps: dict[str, Path] = {}
         self._writers: dict[str, pq.ParquetWriter] = {}
+        self._files: dict[str, tuple[Path, bytes]] = {}
 
     def _temp_for(self, table: str) -> Path:
         target = self.targets[table]
@@ -71,6 +72,10 @@ class StagedDay:
             raise _write_error(self.targets[table], exc) from None
         self.rows[table] += rows.num_rows
 
+    def add_file(self, target: Path, data: bytes) -> None:
+        """A whole file of the day besides its tables (a DRA snapshot), installed with them at commit."""
+        self._files[str(target)] = (target, data)
+
     def commit(self) -> dict[str, int]:
         """Replace every table's stored file together (a table no part had is stored empty); rows per table.
         The caller holds the day lock."""
@@ -86,7 +91,16 @@ class StagedDay:
                         temp.unlink(missing_ok=True)
                         raise _write_error(target, exc) from None
                     day.stage_file(target, temp)
+                for target, data in self._files.values():
+                    temp = _temp_beside(target if isinstance(target, Path) else self._scratch / target.name)
+                    try:
+                        temp.write_bytes(data)
+                    except OSError as exc:
+                        temp.unlink(missing_ok=True)
+                        raise _write_error(target, exc) from None
+                    day.stage_file(target, temp)
         finally:
+            self._files.clear()
             self.discard()
         return dict(self.rows)
 

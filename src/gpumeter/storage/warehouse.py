@@ -202,13 +202,18 @@ class Warehouse:
 
     # --- reads -------------------------------------------------------------------------------
     def read_days(
-        self, zone: str, table: str, days: Iterable[date], cluster: str | None = None
+        self,
+        zone: str,
+        table: str,
+        days: Iterable[date],
+        cluster: str | None = None,
+        columns: list[str] | None = None,
     ) -> pa.Table | None:
         paths = self.day_paths(zone, table, days, cluster)
         if not paths:
             return None
         # Every stored table carries its own cluster/day columns: read files without hive inference.
-        return pa.concat_tables([read_parquet(p) for p in paths], promote_options="default")
+        return pa.concat_tables([read_parquet(p, columns) for p in paths], promote_options="default")
 
     def connect(self) -> duckdb.DuckDBPyConnection:
         """An in-memory DuckDB session with a view per stored table: reading never locks a writer.
