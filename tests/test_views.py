@@ -177,6 +177,24 @@ def test_stranded_capacity_and_data_quality_equal_the_marts(views: Views, config
             assert float(dq[column].sum()) == pytest.approx(float(quality[column].sum())), column
 
 
+def test_the_mig_layout_over_several_days_is_slices_of_seven(views: Views, config: Config) -> None:
+    """Over the two metered days every MIG GPU's average slices (busy, held idle, free, unpartitioned) add up to
+    its 7 compute slices, and each instance's average is its slice-seconds over the GPU's observed seconds
+    of both days, read from the mart's files."""
+    layout = views.mig_layout(Viewer("ops"), Filters(NOVEMBER))
+    assert not layout.is_empty()
+    slices = ["busy_slices", "held_idle_slices", "free_slices", "unpartitioned_slices"]
+    per_gpu = layout.group_by("uuid").agg(pl.sum_horizontal(slices).sum().alias("slices"))
+    assert per_gpu["slices"].to_list() == pytest.approx([7.0] * per_gpu.height)
+    usage = mart(config, "mig_slice_usage")
+    assert usage["day"].n_unique() == len(DAYS)
+    row = layout.filter(pl.col("mig_profile") != "unpartitioned").row(0, named=True)
+    gpu = usage.filter(pl.col("uuid") == row["uuid"])
+    observed = gpu.unique(["day", "layout"])["observed_seconds"].sum()
+    busy = gpu.filter(pl.col("gpu_i_id") == row["gpu_i_id"])["busy_slice_seconds"].cast(pl.Float64).sum()
+    assert row["busy_slices"] == pytest.approx(busy / observed)
+
+
 def test_heatmap_hour_equals_the_samples(views: Views, config: Config) -> None:
     """One GPU-hour recomputed from the stored per-sample categories: held share and busy share."""
     heat = views.gpu_hourly_heatmap(Viewer("ops"), Filters(NOVEMBER))

@@ -600,10 +600,16 @@ class Views:
         self._require_all(viewer, "the MIG layout")
         where = self._pool_where(filters, model_col="gpu_model")
         joined = self._pool_where(filters, model_col="m.gpu_model", prefix="m.")
+        # A GPU's observed time is every day's, in each layout it had: each (day, layout) counted once, as
+        # its instance rows all carry it.
         sql = f"""
-            with per_gpu as (
-                select cluster, node, uuid, max(observed_seconds) as gpu_observed_seconds
+            with per_layout as (
+                select cluster, node, uuid, day, layout, max(observed_seconds) as observed_seconds
                 from mig_slice_usage where {where.sql} group by all
+            ),
+            per_gpu as (
+                select cluster, node, uuid, sum(observed_seconds) as gpu_observed_seconds
+                from per_layout group by all
             )
             select m.cluster, m.node, m.uuid, any_value(m.gpu_model) as gpu_model,
                    coalesce(m.gpu_i_id, '-') as gpu_i_id, m.mig_profile,
