@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: venv demo demo-prometheus test lint package-check dagster-ui dashboard clean
+.PHONY: venv demo demo-prometheus test lint package-check dagster-ui dashboard clean focus-validator
 
 $(STAMP): requirements.lock pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -25,6 +25,27 @@ demo-prometheus: $(STAMP)
 test: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest -q
+
+# The FinOps Foundation's FOCUS validator in a virtualenv of its own (it needs Python 3.12; the product's is
+# 3.11): tests/test_focus_official.py runs it on FOCUS exports. Python: $FOCUS_PYTHON, else pyenv's newest
+# 3.12, else python3.12 on PATH. Its numpy must stay < 2, which pyarrow 22 and later refuse: pyarrow is pinned.
+FOCUS_VENV := .venv-focus
+FOCUS_PINS := focus-validator==2.2.1 pyarrow==21.0.0 numpy==1.26.4 duckdb==1.5.6 polars==1.44.2 pandas==2.3.3
+
+focus-validator:
+	@if [ "$$(cat $(FOCUS_VENV)/.installed 2>/dev/null)" = "$(FOCUS_PINS)" ]; then \
+	  echo "focus-validator: $(FOCUS_VENV) is up to date"; exit 0; fi; \
+	py=""; \
+	for c in "$${FOCUS_PYTHON:-}" $$(ls -d "$${PYENV_ROOT:-$$HOME/.pyenv}"/versions/3.12*/bin/python3.12 2>/dev/null | sort -V -r) python3.12; do \
+	  if [ -n "$$c" ] && "$$c" -c 'import sys; sys.exit(sys.version_info[:2] != (3, 12))' 2>/dev/null; then py="$$c"; break; fi; \
+	done; \
+	if [ -z "$$py" ]; then \
+	  echo "focus-validator: no Python 3.12 found (set FOCUS_PYTHON, or install 3.12 with pyenv or as python3.12)" >&2; \
+	  exit 1; fi; \
+	echo "focus-validator: building $(FOCUS_VENV) with $$py"; \
+	rm -rf $(FOCUS_VENV) && "$$py" -m venv $(FOCUS_VENV) && \
+	$(FOCUS_VENV)/bin/pip install -q --disable-pip-version-check $(FOCUS_PINS) && \
+	echo "$(FOCUS_PINS)" > $(FOCUS_VENV)/.installed
 
 # Build the wheel, install it in a clean virtualenv and run a one-day demo from outside the checkout.
 package-check: $(STAMP)

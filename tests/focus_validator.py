@@ -4,8 +4,12 @@ It checks what a FOCUS consumer relies on: the mandatory columns are present; ev
 FOCUS 1.2 column or a custom one prefixed `x_`; value formats (decimals, ISO 8601 UTC date-times ending in
 `Z`, ISO 4217 currency codes, JSON object tags); the allowed values of ChargeCategory, ChargeClass,
 ChargeFrequency, PricingCategory and ServiceCategory; and the cross-column rules used here (Correction rows,
-PricingUnit with PricingQuantity, ConsumedUnit with ConsumedQuantity, periods that end after they start).
-Returns a list of problems, empty when the file conforms."""
+PricingUnit with PricingQuantity, ConsumedUnit with ConsumedQuantity, periods that end after they start,
+InvoiceId on every line or on none). Returns a list of problems, empty when the file conforms.
+
+`run_official_validator` runs the FinOps Foundation's own validator (focus-validator, FOCUS 1.2 rule set,
+offline) from the virtualenv `make focus-validator` builds (.venv-focus, Python 3.12). As a script:
+`.venv/bin/python tests/focus_validator.py FILE.focus.csv ...` prints its counts and failed rules."""
 
 from __future__ import annotations
 
@@ -13,8 +17,14 @@ import csv
 import io
 import json
 import re
+import subprocess
+import sys
+import tempfile
+import xml.etree.ElementTree as ET
+from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal, InvalidOperation
+from pathlib import Path
 
 MANDATORY = (
     "BilledCost",
@@ -141,8 +151,14 @@ def validate_focus_csv(text: str) -> list[str]:
                 problems.append(f"custom column {column!r} is not x_ + alphanumerics")
         elif column not in KNOWN or not _COLUMN_ID.match(column):
             problems.append(f"column {column!r} is neither FOCUS 1.2 nor prefixed x_")
-    for n, row in enumerate(reader, start=2):
+    rows = list(reader)
+    # InvoiceId: null on charges of no issued invoice, set on those of one; a file is one period's lines, all
+    # invoiced or none, so a file that mixes them holds neither.
+    invoiced = any(row.get("InvoiceId") for row in rows)
+    for n, row in enumerate(rows, start=2):
         where = f"line {n}"
+        if invoiced and not row.get("InvoiceId"):
+            problems.append(f"{where}: InvoiceId is null while other lines carry one")
         for column in DECIMAL_COLUMNS:
             value = row.get(column, "")
             if value == "":
@@ -196,3 +212,120 @@ def validate_focus_csv(text: str) -> list[str]:
             if not isinstance(parsed, dict) or not all(isinstance(k, str) for k in parsed):
                 problems.append(f"{where}: Tags is not a JSON object")
     return problems
+
+
+# --- the FinOps Foundation's validator -------------------------------------------------------------
+
+OFFICIAL_VENV = Path(__file__).resolve().parent.parent / ".venv-focus"
+OFFICIAL_VERSION = "1.2"
+BUILD_HINT = "build it with `make focus-validator` (needs Python 3.12: pyenv's, python3.12, or FOCUS_PYTHON)"
+
+
+@dataclass
+class OfficialResult:
+    """The validator's verdict on one file, rule by rule.
+
+    `failed` are the rules the file breaks. `not_taken` are failed branches of an OR rule that passed: the
+    validator checks each branch of a conditional rule on every row, as it cannot know the condition (for
+    InvoiceId-C-003-C: null when not invoiced (C-004-C), not null when invoiced (C-005-C)), so the branch
+    that does not apply is reported failed while the OR rule, which is the requirement, passes."""
+
+    passed: list[str] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
+    failed: list[str] = field(default_factory=list)
+    errored: list[str] = field(default_factory=list)
+    not_taken: list[str] = field(default_factory=list)
+    messages: dict[str, str] = field(default_factory=dict)
+
+    def counts(self) -> str:
+        return (
+            f"{len(self.passed)} passed, {len(self.skipped)} skipped, {len(self.failed)} failed, "
+            f"{len(self.errored)} errored, {len(self.not_taken)} untaken branches of passed OR rules "
+            f"({', '.join(self.not_taken) or 'none'})"
+        )
+
+
+def official_package() -> Path | None:
+    """The validator's package folder in .venv-focus, or None when it is not built."""
+    found = sorted(OFFICIAL_VENV.glob("lib/python3.*/site-packages/focus_validator/rules"))
+    return found[-1].parent if found and (OFFICIAL_VENV / "bin" / "focus-validator").exists() else None
+
+
+def _or_branches(package: Path) -> dict[str, list[str]]:
+    """OR rules of the bundled rule set -> the rules they are made of."""
+    [model] = sorted((package / "rules").glob(f"model-{OFFICIAL_VERSION}*.json"))[-1:]
+    rules = json.loads(model.read_text(encoding="utf-8"))["ModelRules"]
+    branches = {}
+    for rule_id, rule in rules.items():
+        requirement = rule.get("ValidationCriteria", {}).get("Requirement", {})
+        if requirement.get("CheckFunction") == "OR":
+            items = requirement.get("Items", [])
+            branches[rule_id] = [
+                i["ModelRuleId"] for i in items if i.get("CheckFunction") == "CheckModelRule"
+            ]
+    return branches
+
+
+def run_official_validator(csv_path: Path, timeout: float = 300) -> OfficialResult:
+    """Run focus-validator on a FOCUS CSV (rule set bundled: no download) and read its JUnit report."""
+    package = official_package()
+    if package is None:
+        raise FileNotFoundError(f"the FOCUS validator is not in {OFFICIAL_VENV}: {BUILD_HINT}")
+    with tempfile.TemporaryDirectory() as tmp:
+        report = Path(tmp) / "report.xml"
+        # Run from the folder that holds the package: it opens focus_validator/rules/currency_codes.csv
+        # relative to the working directory.
+        done = subprocess.run(
+            [
+                str(OFFICIAL_VENV / "bin" / "focus-validator"),
+                "--data-file",
+                str(Path(csv_path).resolve()),
+                "--validate-version",
+                OFFICIAL_VERSION,
+                "--block-download",
+                "--output-type",
+                "unittest",
+                "--output-destination",
+                str(report),
+            ],
+            cwd=package.parent,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+        if done.returncode != 0 or not report.exists():
+            raise RuntimeError(
+                f"focus-validator exited {done.returncode} on {csv_path}:\n{done.stderr[-3000:]}"
+            )
+        root = ET.parse(report).getroot()
+    result = OfficialResult()
+    for case in root.iter("testcase"):
+        rule_id = case.get("name", "").split(" :: ")[0]
+        outcome = next((child for child in case if child.tag in ("failure", "error", "skipped")), None)
+        if outcome is None:
+            result.passed.append(rule_id)
+            continue
+        result.messages[rule_id] = outcome.get("message", "")
+        {"failure": result.failed, "error": result.errored, "skipped": result.skipped}[outcome.tag].append(
+            rule_id
+        )
+    for rule_id, branches in _or_branches(package).items():
+        if rule_id in result.passed:
+            for branch in branches:
+                if branch in result.failed:
+                    result.failed.remove(branch)
+                    result.not_taken.append(branch)
+    for ids in (result.passed, result.skipped, result.failed, result.errored, result.not_taken):
+        ids.sort()
+    return result
+
+
+if __name__ == "__main__":
+    worst = 0
+    for name in sys.argv[1:]:
+        verdict = run_official_validator(Path(name))
+        print(f"{name}: {verdict.counts()}")
+        for rule_id in verdict.failed + verdict.errored:
+            print(f"  {rule_id}: {verdict.messages.get(rule_id, '')}")
+        worst = max(worst, 1 if verdict.failed or verdict.errored else 0)
+    sys.exit(worst)

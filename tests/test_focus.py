@@ -68,6 +68,13 @@ def test_validator_catches_broken_files() -> None:
     assert any("BillingPeriodStart" in p and "ISO 8601" in p for p in problems)
     assert any("ChargeClass 'Refund'" in p for p in problems)
     assert any("BillingCurrency 'usd'" in p for p in problems)
+    closed = _rows(focus_csv(_december_with_correction(), config(), DEC, closed=True))
+    closed[1]["InvoiceId"] = ""
+    out = io.StringIO()
+    writer = csv.DictWriter(out, fieldnames=FOCUS_COLUMNS, lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(closed)
+    assert validate_focus_csv(out.getvalue()) == ["line 3: InvoiceId is null while other lines carry one"]
 
 
 def test_costs_sum_to_the_invoice_lines_r12() -> None:
@@ -101,10 +108,31 @@ def test_correction_rows_name_the_period_they_correct_r16() -> None:
     )
     assert row["ChargeDescription"].startswith("Correction of 2026-11")
     assert row["x_CorrectsPeriod"] == "2026-11" and row["BilledCost"] == "4.00"
-    assert row["ConsumedQuantity"] == "" and row["InvoiceId"] == "INV-2026-12-ML-TRAINING"
+    assert row["ConsumedQuantity"] == "" and row["InvoiceId"] == ""  # December is a draft: not invoiced
     assert json.loads(row["Tags"])["corrects_period"] == "2026-11"
     usage = [r for r in rows if not r["ChargeClass"]]
     assert {r["ChargeCategory"] for r in usage} == {"Usage"}
+
+
+def test_invoice_id_only_once_the_month_is_closed() -> None:
+    """FOCUS 1.2 InvoiceId: null on a charge associated with no issued (or provisional) invoice, not null on
+    one that is. A draft month's invoices are not issued; closing the month issues them (R16)."""
+    lines = _december_with_correction()
+    draft = focus_csv(lines, config(), DEC)
+    closed = focus_csv(lines, config(), DEC, closed=True)
+    assert {r["InvoiceId"] for r in _rows(draft)} == {""}
+    # Each line on its tenant's invoice of the billing period; November's correction on December's.
+    assert sorted((r["SubAccountId"], r["ChargeClass"], r["InvoiceId"]) for r in _rows(closed)) == [
+        ("__idle__", "", "INV-2026-12-__IDLE__"),
+        ("__unallocated__", "", "INV-2026-12-__UNALLOCATED__"),
+        ("ml-training", "", "INV-2026-12-ML-TRAINING"),
+        ("ml-training", "Correction", "INV-2026-12-ML-TRAINING"),
+        ("serving", "", "INV-2026-12-SERVING"),
+    ]
+    assert validate_focus_csv(draft) == [] and validate_focus_csv(closed) == []
+    # Only the InvoiceId column differs.
+    for a, b in zip(_rows(draft), _rows(closed), strict=True):
+        assert {k for k in a if a[k] != b[k]} == {"InvoiceId"}
 
 
 def test_efficiency_and_tenant_columns() -> None:

@@ -5,6 +5,10 @@ the invoices; no discounts exist, so Billed = Effective = List = Contracted cost
 are ChargeCategory `Adjustment`, ChargeClass `Correction`, with the charge period of the period they correct.
 An adjustment's cost is computed from other charges (the corrected line rounded minus what was billed, R12),
 not as a unit price × quantity: its unit prices are null, as FOCUS has it for such charges.
+
+InvoiceId is the tenant's invoice id once the month is closed (its invoices are issued, R16) and null while
+it is a draft: FOCUS 1.2 wants it null on a charge associated neither with an issued invoice nor with a
+pre-generated provisional one, and a draft invoice is a preview whose figures change with every metered day.
 """
 
 from __future__ import annotations
@@ -114,7 +118,9 @@ def _sku(row: dict) -> str:
     return "/".join(parts)
 
 
-def focus_rows(lines: pa.Table, config: Config, period: Period) -> list[dict[str, object]]:
+def focus_rows(
+    lines: pa.Table, config: Config, period: Period, *, closed: bool = False
+) -> list[dict[str, object]]:
     minor = config.minor_unit
     rows = []
     for line in lines.to_pylist():
@@ -170,7 +176,7 @@ def focus_rows(lines: pa.Table, config: Config, period: Period) -> list[dict[str
                 "ContractedCost": cost,
                 "ContractedUnitPrice": listed_price,
                 "EffectiveCost": cost,
-                "InvoiceId": line["invoice_id"],
+                "InvoiceId": line["invoice_id"] if closed else None,  # issued only when the month closes
                 "InvoiceIssuerName": config.pool,
                 "ListCost": cost,
                 "ListUnitPrice": listed_price,
@@ -214,11 +220,12 @@ def _cell(column: str, value: object, minor_unit: int) -> str:
     return neutralize(str(value))  # spreadsheet formula injection
 
 
-def focus_csv(lines: pa.Table, config: Config, period: Period) -> str:
+def focus_csv(lines: pa.Table, config: Config, period: Period, *, closed: bool = False) -> str:
+    """The FOCUS file of a period's lines; `closed`: the period is closed (its invoices issued)."""
     return csv_text(
         FOCUS_COLUMNS,
         (
             [_cell(c, row[c], config.minor_unit) for c in FOCUS_COLUMNS]
-            for row in focus_rows(lines, config, period)
+            for row in focus_rows(lines, config, period, closed=closed)
         ),
     )
