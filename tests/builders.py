@@ -21,9 +21,12 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
+from decimal import Decimal
+from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
+import polars as pl
 import pyarrow as pa
 import yaml
 
@@ -546,3 +549,19 @@ def edit_config(path: Path, change: Callable[[dict[str, Any]], None], to: Path |
     target = to or path
     target.write_text(yaml.safe_dump(doc, sort_keys=False), encoding="utf-8")
     return target
+
+
+def invoiced_by_hand(daily: pl.DataFrame, minor_unit: int) -> dict[str, Decimal]:
+    """Each tenant's amount as its invoice says it, from the mart by hand: per (month, tenant, charge type,
+    GPU model, MIG profile) the exact Σ units ÷ units per currency, rounded half to even once, then summed."""
+    lines: dict[tuple, Fraction] = {}
+    for r in daily.to_dicts():
+        key = (r["day"].strftime("%Y-%m"), r["tenant"], r["charge_type"], r["gpu_model"], r["mig_profile"])
+        lines[key] = lines.get(key, Fraction(0)) + Fraction(
+            int(r["amount_units"]), int(r["units_per_currency"])
+        )
+    totals: dict[str, Decimal] = {}
+    for (_, tenant, *_), exact in lines.items():
+        rounded = Decimal(round(exact * 10**minor_unit)).scaleb(-minor_unit)
+        totals[tenant] = totals.get(tenant, Decimal(0)) + rounded
+    return totals

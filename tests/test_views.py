@@ -35,6 +35,8 @@ from gpumeter.views.scoped import (
     local_viewer,
     viewer_for_identity,
 )
+from gpumeter.views.summary import pool_summary
+from tests.builders import invoiced_by_hand
 
 pytestmark = pytest.mark.slow
 
@@ -133,30 +135,50 @@ def test_local_mode_viewer_from_the_environment_setting() -> None:
 
 
 # --- figures equal the marts -------------------------------------------------------------------------
-def test_tenant_charges_equal_the_mart(views: Views, config: Config) -> None:
-    daily = mart(config, "tenant_daily_cost")
-    expected = {
-        r["tenant"]: r["amount"] for r in daily.group_by("tenant").agg(pl.col("amount").sum()).to_dicts()
-    }
+def _invoice_csv_amounts(config: Config) -> dict[str, Decimal]:
+    """Per tenant, the amounts of the month's all-tenants invoice CSV as exported."""
+    path = Warehouse.at(config.warehouse.path).root / "exports" / "2026-11" / "invoice_lines_2026-11_all.csv"
+    totals: dict[str, Decimal] = {}
+    with path.open(newline="", encoding="utf-8") as fh:
+        for row in csv.DictReader(fh):
+            totals[row["tenant"]] = totals.get(row["tenant"], Decimal(0)) + Decimal(row["amount"])
+    return totals
+
+
+def test_tenant_charges_are_what_the_invoices_say(views: Views, config: Config) -> None:
+    """One amount per tenant everywhere: the Charges view, the CLI summary and the invoice CSV agree to the
+    cent for every tenant and bucket, and equal the lines rounded by hand."""
+    expected = invoiced_by_hand(mart(config, "tenant_daily_cost"), config.minor_unit)
+    assert _invoice_csv_amounts(config) == expected
     got = views.tenant_charges(Viewer("finance"), Filters(NOVEMBER))
     assert dict(zip(got["tenant"], got["amount"], strict=True)) == expected
     assert got["tenant"].to_list()[-2:] == [UNALLOCATED, IDLE]  # the buckets last
+    summary = pool_summary(Warehouse.at(config.warehouse.path), DAYS[0], DAYS[-1], config.minor_unit)
+    assert {c.tenant: c.amount for c in summary.charges} == expected
+    history = views.monthly_charges(Viewer("finance"), Filters(NOVEMBER))
+    assert dict(zip(history["tenant"], history["amount"], strict=True)) == expected
+    # R13 after rounding: the page total is within half a cent per line of the pool cost
     pool = mart(config, "pool_daily_cost")["pool_cost"].sum()
-    assert sum(got["amount"].to_list(), Decimal(0)) == pool  # R13: the page total is the pool cost
+    lines = (
+        mart(config, "tenant_daily_cost").select("tenant", "charge_type", "gpu_model", "mig_profile").unique()
+    )
+    assert abs(sum(got["amount"].to_list(), Decimal(0)) - pool) <= Decimal("0.005") * lines.height
 
 
 def test_tenant_viewer_sees_its_own_figures_only(views: Views, config: Config) -> None:
     daily = mart(config, "tenant_daily_cost").filter(pl.col("tenant") == "serving")
     got = views.tenant_charges(Viewer("tenant", "serving"), Filters(NOVEMBER))
     assert got["tenant"].to_list() == ["serving"]
-    assert got["amount"][0] == daily["amount"].sum()
+    assert got["amount"][0] == invoiced_by_hand(daily, config.minor_unit)["serving"]
     assert got["gpu_hours"][0] == pytest.approx(float(daily["gpu_seconds"].sum()) / 3600)
 
 
 def test_filters_narrow_by_model_and_the_period_is_half_open(views: Views, config: Config) -> None:
     daily = mart(config, "tenant_daily_cost").filter(pl.col("gpu_model") == "H200-141GB")
     got = views.tenant_charges(Viewer("finance"), Filters(NOVEMBER, gpu_models=("H200-141GB",)))
-    assert sum(got["amount"].to_list(), Decimal(0)) == daily["amount"].sum()
+    assert sum(got["amount"].to_list(), Decimal(0)) == sum(
+        invoiced_by_hand(daily, config.minor_unit).values(), Decimal(0)
+    )
     assert views.tenant_charges(Viewer("finance"), Filters(Period(2026, 10))).is_empty()  # R2
     assert views.tenant_charges(Viewer("finance"), Filters(Period(2026, 12))).is_empty()
 

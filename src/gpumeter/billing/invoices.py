@@ -115,6 +115,20 @@ def round_money(amount: Decimal | Fraction, minor_unit: int) -> Decimal:
     return amount.quantize(Decimal(1).scaleb(-minor_unit), rounding=ROUND_HALF_EVEN)
 
 
+def invoiced_by_tenant(
+    lines: Iterable[tuple[str, int | None, int | None, Decimal]], minor_unit: int
+) -> dict[str, Decimal]:
+    """What each tenant's invoice says: its lines, each given as (tenant, Σ amount_units, units per currency,
+    Σ amount) of one (period, tenant, charge type, GPU model, MIG profile), rounded once (R12) and summed.
+    Every figure of a tenant's charges (dashboard, CLI, downloads) is this one, so none differs from the
+    invoice by a cent."""
+    totals: dict[str, Decimal] = defaultdict(Decimal)
+    for tenant, units, per, amount in lines:
+        exact = Fraction(int(units), int(per)) if units is not None and per else None
+        totals[tenant] += round_money(Decimal(amount) if exact is None else exact, minor_unit)
+    return dict(totals)
+
+
 _PLAIN_NAME = re.compile(r"[a-z0-9]+(?:-[a-z0-9]+)*")
 
 

@@ -76,7 +76,7 @@ def meter_and_invoice(
     render.failed_checks(metered)
 
     warehouse = Warehouse.of(config.warehouse)
-    summary = pool_summary(warehouse, days[0], days[-1])
+    summary = pool_summary(warehouse, days[0], days[-1], config.minor_unit)
     render.pool_header(config.pool, summary)
     render.charges_table(summary, config.currency)
     render.capacity_table(summary)

@@ -305,7 +305,7 @@ def invoices(ctx: Context) -> None:
     with middle:  # the FOCUS 1.2 export of the same lines (output contract)
         _download(
             "FOCUS 1.2 (CSV)",
-            focus_csv(lines, ctx.config, period),
+            focus_csv(lines, ctx.config, period, closed=status.closed),
             paths.focus_csv_name(period, scope),
             "text/csv",
         )

@@ -35,7 +35,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from gpumeter.billing.budgets import BudgetStatus, budget_status
-from gpumeter.billing.invoices import INVOICE_SCHEMA, Period, csv_text, neutralize
+from gpumeter.billing.invoices import INVOICE_SCHEMA, Period, csv_text, invoiced_by_tenant, neutralize
 from gpumeter.billing.periods import status_of, stored_lines
 from gpumeter.billing.status import Status
 from gpumeter.config import IDLE, UNALLOCATED, Config
@@ -350,22 +350,49 @@ class Views:
         return Options(periods, clusters, tenants, models)
 
     # --- finance -------------------------------------------------------------------------------
+    def _invoiced(self, where: _Where, by_period: bool = False) -> pl.DataFrame:
+        """The amount each tenant's invoice says over the rows in `where` (gpumeter.billing.invoices.
+        invoiced_by_tenant: every line rounded once, then summed), per period with `by_period`."""
+        sql = f"""
+            select strftime(day, '%Y-%m') as period, tenant, sum(amount_units) as units,
+                   max(units_per_currency) as per, sum(amount) as amount
+            from tenant_daily_cost where {where.sql}
+            group by period, tenant, charge_type, gpu_model, mig_profile
+        """
+        lines = self.con.sql(sql, params=where.params).fetchall()
+        groups: dict[tuple[str, str], list[tuple[str, int | None, int | None, Decimal]]] = {}
+        for period, tenant, units, per, amount in lines:
+            groups.setdefault((period if by_period else "", tenant), []).append((tenant, units, per, amount))
+        minor = self._config.minor_unit
+        rows = [(p, t, invoiced_by_tenant(found, minor)[t]) for (p, t), found in groups.items()]
+        schema = {"period": pl.String, "tenant": pl.String, "amount": pl.Decimal(38, minor)}
+        frame = pl.DataFrame(rows, schema=schema, orient="row")
+        return frame if by_period else frame.drop("period")
+
+    @staticmethod
+    def _in_charge_order(frame: pl.DataFrame) -> pl.DataFrame:
+        """Tenants by amount, largest first, then unmapped workloads and idle capacity."""
+        bucket = pl.col("tenant").replace_strict({UNALLOCATED: 1, IDLE: 2}, default=0, return_dtype=pl.Int8)
+        return frame.sort([bucket, pl.col("amount"), pl.col("tenant")], descending=[False, True, False])
+
     @_cached("tenant_daily_cost")
     def tenant_charges(self, viewer: Viewer, filters: Filters) -> pl.DataFrame:
-        """Per tenant over the period: GPU-hours held and used, efficiency (R10) and the charge (R9)."""
+        """Per tenant over the period: GPU-hours held and used, efficiency (R10) and the charge (R9), the
+        amount its invoice says (each line rounded once, R12)."""
         where = self._where(viewer, filters)
         sql = f"""
             select tenant, any_value(cost_center) as cost_center,
                    sum(gpu_seconds) / 3600 as gpu_hours,
                    sum(busy_gpu_seconds) / 3600 as used_gpu_hours,
                    case when sum(gpu_seconds) > 0 then sum(busy_gpu_seconds) / sum(gpu_seconds) end
-                       as efficiency,
-                   sum(amount) as amount
+                       as efficiency
             from tenant_daily_cost where {where.sql}
             group by tenant
-            order by case tenant when '{UNALLOCATED}' then 1 when '{IDLE}' then 2 else 0 end, amount desc, tenant
         """
-        return self._frame(sql, where.params, ("tenant_daily_cost",))
+        hours = self._frame(sql, where.params, ("tenant_daily_cost",))
+        if hours.is_empty():
+            return hours
+        return self._in_charge_order(hours.join(self._invoiced(where), on="tenant", how="left"))
 
     @_cached("tenant_daily_cost")
     def daily_charges(self, viewer: Viewer, filters: Filters) -> pl.DataFrame:
@@ -380,14 +407,12 @@ class Views:
 
     @_cached("tenant_daily_cost")
     def monthly_charges(self, viewer: Viewer, filters: Filters) -> pl.DataFrame:
-        """Every stored period (the period filter does not apply: this is the history)."""
+        """Every stored period (the period filter does not apply: this is the history), each tenant's month
+        as its invoice says."""
         where = self._where(viewer, filters, day_col=None)
-        sql = f"""
-            select strftime(day, '%Y-%m') as period, tenant, sum(amount) as amount
-            from tenant_daily_cost where {where.sql}
-            group by all order by period, tenant
-        """
-        return self._frame(sql, where.params, ("tenant_daily_cost",))
+        if "tenant_daily_cost" not in self.tables:
+            return pl.DataFrame()
+        return self._invoiced(where, by_period=True).sort(["period", "tenant"])
 
     @_cached("device_seconds", "tenant_daily_cost")
     def usage_by_model(self, viewer: Viewer, filters: Filters) -> pl.DataFrame:

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from datetime import date
 from decimal import Decimal
 
+from gpumeter.billing.invoices import invoiced_by_tenant
 from gpumeter.config import IDLE, UNALLOCATED
 from gpumeter.storage.warehouse import Warehouse
 
@@ -40,7 +41,7 @@ class PoolSummary:
     pool_cost: Decimal
     observed_gpu_hours: float
     unobserved_gpu_hours: float
-    charges: list[TenantCharge]  # tenants first, then __unallocated__ and __idle__
+    charges: list[TenantCharge]  # tenants first, then __unallocated__ and __idle__; amounts as invoiced
     capacity_hours: dict[str, float]  # R11 category -> GPU-hours
 
     @property
@@ -52,7 +53,9 @@ class PoolSummary:
         return sum(v for k, v in self.capacity_hours.items() if k != "allocated_active")
 
 
-def pool_summary(warehouse: Warehouse, first_day: date, last_day: date) -> PoolSummary:
+def pool_summary(warehouse: Warehouse, first_day: date, last_day: date, minor_unit: int) -> PoolSummary:
+    """The pool over the days: its cost, where capacity went, and each tenant's charges as its invoice says
+    them (each line rounded once to `minor_unit` decimals, gpumeter.billing.invoices.invoiced_by_tenant)."""
     con = warehouse.connect()
     params = [first_day, last_day]
     pool_cost, observed, days = con.execute(
@@ -67,10 +70,18 @@ def pool_summary(warehouse: Warehouse, first_day: date, last_day: date) -> PoolS
     # Held and busy GPU-hours come from device_seconds: a tenant_daily_cost line's gpu_seconds is what that
     # line bills (busy hours on `usage` lines, none on `energy`), so summing lines would mix them under the
     # `used` and `hybrid` tariffs. __idle__ holds what no one held: observed minus held (R4, R9).
+    lines = con.execute(
+        """
+        select tenant, sum(amount_units), max(units_per_currency), sum(amount) from tenant_daily_cost
+        where day between ? and ? group by strftime(day, '%Y-%m'), tenant, charge_type, gpu_model, mig_profile
+        """,
+        params,
+    ).fetchall()
+    invoiced = invoiced_by_tenant(lines, minor_unit)
     rows = con.execute(
         """
         with charges as (
-            select tenant, any_value(cost_center) as cost_center, sum(amount) as amount
+            select tenant, any_value(cost_center) as cost_center
             from tenant_daily_cost where day between ? and ? group by tenant
         ),
         held as (
@@ -80,7 +91,7 @@ def pool_summary(warehouse: Warehouse, first_day: date, last_day: date) -> PoolS
         select c.tenant, c.cost_center,
                case when c.tenant = ? then ? - (select coalesce(sum(gpu_hours), 0) from held)
                     else coalesce(h.gpu_hours, 0) end,
-               coalesce(h.busy_hours, 0), c.amount
+               coalesce(h.busy_hours, 0)
         from charges as c left join held as h on h.tenant = c.tenant
         order by case c.tenant when ? then 1 when ? then 2 else 0 end, c.tenant
         """,
@@ -100,6 +111,6 @@ def pool_summary(warehouse: Warehouse, first_day: date, last_day: date) -> PoolS
         Decimal(pool_cost),
         float(observed),
         float(unobserved),
-        [TenantCharge(t, cc, float(h), float(u), Decimal(a)) for t, cc, h, u, a in rows],
+        [TenantCharge(t, cc, float(h), float(u), invoiced[t]) for t, cc, h, u in rows],
         {c: float(categories.get(c, 0.0)) for c in CATEGORIES},
     )
