@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 import fnmatch
 import itertools
 import os
@@ -11,7 +12,7 @@ from datetime import date
 from importlib.resources import files
 from importlib.resources.abc import Traversable
 from pathlib import Path
-from typing import Annotated, Any, ClassVar, Literal, TypeVar
+from typing import Annotated, Any, ClassVar, Literal, TypeVar, get_args
 
 import iso4217
 import yaml
@@ -917,10 +918,42 @@ _AMOUNT_BOUNDS = {
 }
 
 
+def _models_in(annotation: Any) -> list[type[BaseModel]]:
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return [annotation]
+    return [model for arg in get_args(annotation) for model in _models_in(arg)]
+
+
+def _fields_at(loc: tuple[Any, ...]) -> list[str]:
+    """The field names of the section an unknown key `loc` was found in (loc's last part is the key)."""
+    models: list[type[BaseModel]] = [Config]
+    for part in loc[:-1]:
+        if isinstance(part, int):
+            continue
+        inner = [
+            m
+            for model in models
+            if (f := model.model_fields.get(str(part)))
+            for m in _models_in(f.annotation)
+        ]
+        if inner:
+            models = inner
+            continue
+        # The tag pydantic puts in the place of a union's member (`parquet`), or a key of a mapping.
+        tagged = [m for m in models if "kind" in m.model_fields and m.model_fields["kind"].default == part]
+        models = tagged or models
+    return sorted({name for model in models for name in model.model_fields})
+
+
 def _message(err: ErrorDetails) -> str:
     """A pydantic error's message, saying what to do where pydantic's does not."""
     kind, ctx, given = err["type"], err.get("ctx") or {}, err.get("input")
     shown = _preview(given) if isinstance(given, str) else repr(given)
+    if kind == "extra_forbidden" and err["loc"]:
+        close = difflib.get_close_matches(str(err["loc"][-1]), _fields_at(err["loc"]), n=1)
+        if close:  # a typo of a field of the same section
+            return f"{err['msg']}: not a field here; did you mean `{close[0]}`?"
+        return f"{err['msg']}: not a field here (docs/config.md lists every field)"
     if kind == "finite_number":
         return (
             f"{shown} is not a finite number: write the number itself (.inf and .nan are refused; {REFUSES})"
