@@ -55,8 +55,9 @@ lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 
+# Dagster's UI on the runs `make demo` recorded: the demo's DAGSTER_HOME is .gpumeter/demo/dagster.
 dagster-ui: $(STAMP)
-	DAGSTER_HOME=$(CURDIR)/.gpumeter/dagster GPUMETER_CONFIG=$(CURDIR)/.gpumeter/demo/config.yaml \
+	DAGSTER_HOME=$(CURDIR)/.gpumeter/demo/dagster GPUMETER_CONFIG=$(CURDIR)/.gpumeter/demo/config.yaml \
 	  $(BIN)/dagster dev -m gpumeter.pipelines.definitions -h 127.0.0.1 -p 3000
 
 # The Streamlit dashboard on the demo's warehouse, in local mode unless .streamlit/secrets.toml has [auth].
