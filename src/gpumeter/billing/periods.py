@@ -17,6 +17,7 @@ import pyarrow as pa
 
 from gpumeter.billing.exports import published, write_exports
 from gpumeter.billing.invoices import INVOICE_SCHEMA, InvoiceError, Period, round_money
+from gpumeter.billing.refusals import check_not_empty, is_empty
 from gpumeter.billing.status import Status, content_hash
 from gpumeter.config import Config
 from gpumeter.storage import audit, paths
@@ -124,23 +125,32 @@ def close_period(
     by: str | None = None,
     reason: str | None = None,
     now: str | None = None,
+    refuse_empty: bool = False,
+    config_path: str = "F",
 ) -> dict:
     """Freeze the period's stored lines (R16): exports with status closed, the closed copy of the lines, the
-    manifest (written last: it is what makes the period closed) and an audit line."""
+    manifest (written last: it is what makes the period closed) and an audit line. With `refuse_empty` (what
+    `gpumeter close` asks without --allow-empty), a month none of whose days was metered with GPU samples and
+    that carries no adjustment is refused; the audit line says when a month was closed empty. `config_path`
+    is named in the commands a refusal suggests."""
     key = str(period)
     manifest = read_manifest(warehouse, key)
     if manifest:
         raise PeriodError(
             f"period {key} is already closed (at {manifest['closed_at']}, hash {manifest['content_hash'][:12]}…); "
-            f'to change it run `gpumeter reopen --period {key} --reason "…"` first'
+            f'to change it run `gpumeter reopen --period {key} --reason "…" --config {config_path}` first'
         )
     draft = invoice_lines_path(warehouse, key)
     if not draft.exists():
         raise PeriodError(
             f"no invoice lines stored for {key} ({draft}): meter its days and run "
-            f"`gpumeter invoices --period {key}` before closing it"
+            f"`gpumeter invoices --period {key} --config {config_path} --out invoices-{key}` before closing it"
         )
     lines = read_lines(draft)
+    adjusts = any(lines.column("corrects_period").to_pylist())
+    if refuse_empty:
+        check_not_empty(warehouse, period, config_path, adjusts)
+    empty = not adjusts and is_empty(warehouse, period)
     digest = content_hash(lines, config.minor_unit)
     closed_at = now or audit.now()
     who = audit.who(by)
@@ -177,6 +187,7 @@ def close_period(
             "content_hash": digest,
             "line_count": lines.num_rows,
             "total": manifest["total"],
+            **({"empty": True} if empty else {}),  # closed with --allow-empty: no day of it was metered
         },
     )
     return manifest
@@ -189,12 +200,15 @@ def reopen_period(
     reason: str,
     by: str | None = None,
     now: str | None = None,
+    config_path: str = "F",
 ) -> dict:
     """Make a closed period a draft again. Needs a reason; refused while a later closed period carries
     adjustments for it (they would be billed twice): reopen that one first."""
     key = str(period)
     if not reason or not reason.strip():
-        raise PeriodError(f'reopening {key} needs a reason: `gpumeter reopen --period {key} --reason "…"`')
+        raise PeriodError(
+            f'reopening {key} needs a reason: `gpumeter reopen --period {key} --reason "…" --config {config_path}`'
+        )
     manifest = read_manifest(warehouse, key)
     if not manifest:
         raise PeriodError(f"period {key} is not closed; nothing to reopen")

@@ -21,7 +21,7 @@ its blocking check.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import date
+from datetime import UTC, date, datetime
 from decimal import Decimal
 
 from gpumeter.billing.invoices import InvoiceError, Period, Reconciliation, round_money
@@ -89,6 +89,9 @@ def half_written_days(warehouse: Warehouse, days: list[date]) -> list[HalfWritte
 
 
 def _rerun(config_path: str, cluster: str | None, start: date, end: date) -> str:
+    end = min(
+        end, datetime.now(UTC).date()
+    )  # the days of the current month up to today: later ones cannot run
     command = f"gpumeter run --config {config_path} --start {start} --end {end}"
     return f"`{command} --cluster {cluster}`" if cluster else f"`{command}`"
 
@@ -129,6 +132,46 @@ def check_days_whole(
                 for h in found
             ]
         },
+    )
+
+
+def metered_days(warehouse: Warehouse, days: list[date]) -> list[tuple[str, date]]:
+    """The (cluster, day)s among `days` metered with GPU samples: their stored pool cost has a line (a day
+    metered without any sample stores none)."""
+    return sorted(
+        (
+            paths.partition_of(path)
+            for path in warehouse.day_paths(paths.MARTS, POOL_COST, days)
+            if read_parquet(path).num_rows
+        ),
+        key=lambda key: (key[1], key[0]),
+    )
+
+
+def is_empty(warehouse: Warehouse, period: Period) -> bool:
+    """A month with nothing to bill: none of its days metered with GPU samples."""
+    return not metered_days(warehouse, period.days())
+
+
+def empty_month(period: Period, config_path: str) -> str:
+    """What an empty month is, and how to meter it, in one sentence."""
+    return (
+        f"none of the days of {period} has been metered with GPU samples, so it bills nothing; meter its days "
+        f"with {_rerun(config_path, None, period.start, period.days()[-1])}"
+    )
+
+
+def check_not_empty(warehouse: Warehouse, period: Period, config_path: str, adjusts: bool = False) -> None:
+    """Refuse to close a month none of whose days has been metered with GPU samples, unless it carries
+    adjustments for a closed month (`adjusts`): an empty closed month is most often a month closed before
+    its days were metered (`gpumeter close --allow-empty` closes it all the same)."""
+    if adjusts or not is_empty(warehouse, period):
+        return
+    raise MonthRefused(
+        f"{period} cannot be {CLOSED}: {empty_month(period, config_path)}, then close it; or, if it truly bills "
+        f"nothing, close it empty with `gpumeter close --config {config_path} --period {period} --allow-empty`",
+        "no metered day",
+        {"metered_days": 0},
     )
 
 

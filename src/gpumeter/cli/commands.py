@@ -11,19 +11,23 @@ import subprocess
 import sys
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rich.markup import escape
 
+from gpumeter.billing.adjustments import corrected_periods
 from gpumeter.billing.invoices import Period
 from gpumeter.billing.month import check_month
 from gpumeter.billing.periods import close_period, is_closed, published_exports, read_manifest, reopen_period
-from gpumeter.billing.refusals import CLOSED, INVOICED
+from gpumeter.billing.refusals import CLOSED, INVOICED, check_not_empty, empty_month, is_empty
 from gpumeter.cli import render
 from gpumeter.cli.render import console
 from gpumeter.config import (
     CONFIG_ENV,
     DEMO_DIR,
     EXAMPLE_CONFIG,
+    Config,
+    ParquetSource,
     config_schema,
     config_warnings,
     load_config,
@@ -33,6 +37,9 @@ from gpumeter.storage.audit import who
 from gpumeter.storage.replacement import Acceptance
 from gpumeter.storage.warehouse import Warehouse
 from gpumeter.views.summary import pool_summary
+
+if TYPE_CHECKING:
+    from gpumeter.pipelines.launch import RunOutcome
 
 
 class CliError(Exception):
@@ -47,6 +54,54 @@ def days_between(start: date, end: date) -> list[date]:
 
 def _periods(days: list[date]) -> list[str]:
     return sorted({str(Period.of(d)) for d in days})
+
+
+def meterable(days: list[date]) -> None:
+    """Refuse, before Dagster starts, days that the meter_day job has no partition for: before the first day
+    it meters, or after today (UTC), which has no samples yet."""
+    from gpumeter.pipelines.partitions import daily_partitions
+
+    first = date.fromisoformat(daily_partitions.get_first_partition_key())
+    last = date.fromisoformat(daily_partitions.get_last_partition_key())
+    outside = [d for d in days if not first <= d <= last]
+    if outside:
+        why = (
+            "is after today (UTC): it has no samples yet"
+            if outside[0] > last
+            else f"is before {first}, the first day gpumeter meters"
+        )
+        raise CliError(
+            f"{outside[0]} cannot be metered: it {why}; the days that can be metered are {first} to "
+            f"{last} (today, UTC)"
+        )
+
+
+def invoiceable(period: str, action: str) -> None:
+    """Refuse, before Dagster starts, a month that the invoice_month job has no partition for."""
+    from gpumeter.pipelines.partitions import monthly_partitions
+
+    first = Period.parse(monthly_partitions.get_first_partition_key()[:7])
+    last = Period.parse(monthly_partitions.get_last_partition_key()[:7])
+    month = Period.parse(period)
+    if not first.start <= month.start <= last.start:
+        why = (
+            "is after the current month: none of its days has happened yet"
+            if month.start > last.start
+            else f"is before {first}, the first month gpumeter meters"
+        )
+        raise CliError(
+            f"{period} cannot be {action}: it {why}; the months that can be are {first} to {last} "
+            "(the current month, UTC)"
+        )
+
+
+def _empty_days(metered: list[RunOutcome]) -> list[str]:
+    """The (cluster, day)s metered without a single GPU sample, as `cluster day`."""
+    return [
+        f"{o.cluster} {o.day}"
+        for o in metered
+        if o.materialized.get("raw_dcgm_samples", {}).get("rows", 1) == 0
+    ]
 
 
 # --- metering and the summary --------------------------------------------------------------------
@@ -74,6 +129,15 @@ def meter_and_invoice(
         )
     months = [invoice_month(str(config_path), period) for period in _periods(days)]
     render.failed_checks(metered)
+    empty = _empty_days(metered)
+    if empty:
+        named = ", ".join(empty) if len(empty) <= 4 else f"{empty[0]} .. {empty[-1]} ({len(empty)} days)"
+        them = "it" if len(empty) == 1 else "them"
+        console.print(
+            f"[yellow]no samples[/] for cluster {escape(named)}: the source holds no GPU sample for "
+            f"{'this day' if len(empty) == 1 else 'these days'}, so nothing is billed for {them}; if GPUs ran "
+            f"then, check the source and meter {them} again"
+        )
 
     warehouse = Warehouse.of(config.warehouse)
     summary = pool_summary(warehouse, days[0], days[-1], config.minor_unit)
@@ -89,6 +153,8 @@ def meter_and_invoice(
             else None
         )
         ok = render.month(outcome, config.currency, closed) and ok
+        if closed is None and is_empty(warehouse, Period.parse(period)):
+            console.print(f"{period}: {escape(empty_month(Period.parse(period), str(config_path)))}")
     return ok
 
 
@@ -115,14 +181,42 @@ def copy_invoices(config_path: Path, days: list[date], out: Path) -> Path:
 # --- commands ------------------------------------------------------------------------------------
 
 
+def _missing_sources(file: str, config: Config) -> list[tuple[str, str]]:
+    """The `kind: parquet` source folders that do not exist, each with its place (and line) in the file."""
+    from gpumeter.config import _read_yaml
+
+    lines = _read_yaml(Path(file).read_text(encoding="utf-8"))[1]
+    missing = []
+    for i, cluster in enumerate(config.clusters):
+        source = cluster.source
+        if isinstance(source, ParquetSource) and not Path(source.path).is_dir():
+            place = f"clusters[{i}].source.path"
+            line = lines.get(place)
+            missing.append(
+                (
+                    f"{place} (line {line})" if line else place,
+                    f"the source folder {source.path} does not exist: correct the path, or write raw samples "
+                    f"there first (`gpumeter simulate --out {source.path}` writes simulated ones)",
+                )
+            )
+    return missing
+
+
 def cmd_config_check(args: argparse.Namespace) -> int:
     config = load_config(args.file)
     problems = config_warnings(config)
+    # The shipped example is a template: its source folder is the one `gpumeter demo` writes beside its copy.
+    example = Path(args.file).resolve() == Path(str(EXAMPLE_CONFIG)).resolve()
+    missing = [] if example else _missing_sources(args.file, config)
     for place, message in problems:
         console.print(f"[yellow]warning[/] {escape(f'{args.file}: {place}: {message}')}")
+    # A folder missing here may exist where the config is deployed: said plainly, not refused (exit 0).
+    for place, message in missing:
+        console.print(f"[red]missing[/] {escape(f'{args.file}: {place}: {message}')}")
+    stops = f", {len(missing)} source folder(s) missing: a run stops on each" if missing else ""
     console.print(
         f"[green]ok[/] {args.file}: {len(config.clusters)} cluster(s), {len(config.tenants)} tenant(s), "
-        f"{len(config.rate_card.models)} priced GPU model(s), {len(problems)} warning(s)"
+        f"{len(config.rate_card.models)} priced GPU model(s), {len(problems)} warning(s){escape(stops)}"
     )
     return 0
 
@@ -144,6 +238,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise CliError("--by names who accepts --replace-with-less; give that too, or leave --by out")
     acceptance = Acceptance(args.replace_with_less, who(args.by)) if args.replace_with_less else None
     days = days_between(args.start, args.end)
+    meterable(days)
     return 0 if meter_and_invoice(config_path, days, args.cluster, acceptance) else 1
 
 
@@ -190,13 +285,20 @@ def cmd_invoices(args: argparse.Namespace) -> int:
 
     config_path = Path(args.config)
     config = load_config(config_path)
+    invoiceable(args.period, INVOICED)
     warehouse = Warehouse.of(config.warehouse)
     # Refused (exit 2, one line) before anything runs: a half-written day, or a month that does not reconcile.
     check_month(config, warehouse, args.period, action=INVOICED, config_path=args.config)
     invoice_month(str(config_path), args.period)  # a closed period is left as closed (R16)
     files = copy_exports(config_path, [args.period], Path(args.out))
     render.exports(files, f"Invoice files {args.period}")
-    console.print(render.closed_line(read_manifest(warehouse, args.period), args.period))
+    manifest = read_manifest(warehouse, args.period)
+    period = Period.parse(args.period)
+    if manifest is None and is_empty(warehouse, period):
+        # Nothing to close: say what is missing instead of suggesting it.
+        console.print(f"{args.period}: [yellow]nothing billed[/]: {escape(empty_month(period, args.config))}")
+    else:
+        console.print(render.closed_line(manifest, args.period, args.config))
     return 0
 
 
@@ -205,13 +307,26 @@ def cmd_close(args: argparse.Namespace) -> int:
 
     config_path = Path(args.config)
     config = load_config(config_path)
+    invoiceable(args.period, CLOSED)
     warehouse = Warehouse.of(config.warehouse)
+    period = Period.parse(args.period)
     if not is_closed(warehouse, args.period):
         # Refused (exit 2, one line) before anything runs or is written: nothing half written or that does
-        # not reconcile is ever closed.
+        # not reconcile is ever closed, nor a month none of whose days was metered (without --allow-empty;
+        # close_period checks that again with the month's lines, which may carry adjustments).
+        if not args.allow_empty and not corrected_periods(warehouse, period):
+            check_not_empty(warehouse, period, args.config)
         check_month(config, warehouse, args.period, action=CLOSED, config_path=args.config)
         invoice_month(str(config_path), args.period)  # close what the stored days say now
-    manifest = close_period(config, warehouse, Period.parse(args.period), by=args.by, reason=args.reason)
+    manifest = close_period(
+        config,
+        warehouse,
+        period,
+        by=args.by,
+        reason=args.reason,
+        refuse_empty=not args.allow_empty,
+        config_path=args.config,
+    )
     render.closed_invoices(manifest, args.period)
     console.print(
         "Its invoices never change now; data arriving later for it is billed in the next open month as "
@@ -223,11 +338,16 @@ def cmd_close(args: argparse.Namespace) -> int:
 def cmd_reopen(args: argparse.Namespace) -> int:
     config = load_config(Path(args.config))
     event = reopen_period(
-        Warehouse.of(config.warehouse), Period.parse(args.period), reason=args.reason, by=args.by
+        Warehouse.of(config.warehouse),
+        Period.parse(args.period),
+        reason=args.reason,
+        by=args.by,
+        config_path=args.config,
     )
+    command = f"gpumeter invoices --config {args.config} --period {args.period} --out invoices-{args.period}"
     console.print(
         f"{args.period}: [yellow]reopened[/] {event['at']} by {escape(event['by'])}: {escape(event['reason'])}\n"
-        f"Run `gpumeter invoices --period {args.period}` to roll it up again, then close it."
+        f"Run `{escape(command)}` to roll it up again, then close it."
     )
     return 0
 

@@ -50,6 +50,25 @@ def _instant(text: str) -> datetime:
     return moment if moment.tzinfo else moment.replace(tzinfo=UTC)  # a time without a zone is UTC
 
 
+def _days(text: str) -> int:
+    try:
+        days = int(text)
+    except ValueError:
+        days = 0
+    if days <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive number of days")
+    return days
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("gpumeter")
+    except PackageNotFoundError:  # run from a checkout that was never installed
+        return "unknown (not installed)"
+
+
 def _minutes(text: str) -> int:
     try:
         minutes = int(text)
@@ -86,6 +105,9 @@ def build_parser() -> argparse.ArgumentParser:
         description="GPU metering, chargeback and utilization analytics for shared Kubernetes GPU pools.",
         epilog=EPILOG,
     )
+    parser.add_argument(
+        "--version", action="version", version=f"gpumeter {_version()}", help="print the version and exit"
+    )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     demo_cmd = sub.add_parser(
@@ -97,7 +119,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo_cmd.add_argument("--out", default=str(DEMO_DIR), help="working directory (default: %(default)s)")
     demo_cmd.add_argument(
         "--days",
-        type=int,
+        type=_days,
         help=f"days to simulate (default: 7; with --prometheus: {demo.DEMO_PROMETHEUS_DAYS}, because promtool takes "
         "about 15 s or more to backfill each simulated day)",
     )
@@ -162,6 +184,12 @@ def build_parser() -> argparse.ArgumentParser:
     close.add_argument("--period", required=True, type=_period, help="YYYY-MM")
     close.add_argument("--by", help="who closes it (default: the login name); recorded in the audit log")
     close.add_argument("--reason", help="why, recorded in the manifest and the audit log")
+    close.add_argument(
+        "--allow-empty",
+        action="store_true",
+        help="close the month even though none of its days has been metered (it bills nothing); without it "
+        "such a month is refused. Recorded in the audit log",
+    )
     close.set_defaults(func=commands.cmd_close)
 
     reopen = sub.add_parser(
@@ -178,7 +206,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sim.add_argument("--out", required=True, help="directory for raw Parquet (a `parquet` source)")
     sim.add_argument("--start", type=_date, help="first day (default 2026-11-01)")
-    sim.add_argument("--days", type=int, help="number of days (default 7)")
+    sim.add_argument("--days", type=_days, help="number of days (default 7)")
     sim.add_argument("--seed", type=int, help="random seed (default 7)")
     sim.add_argument("--openmetrics", help="also write OpenMetrics text here, for promtool backfill")
     sim.set_defaults(func=demo.cmd_simulate)

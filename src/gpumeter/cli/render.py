@@ -253,10 +253,12 @@ def budget_alerts(alerts: Sequence[BudgetAlert], sent_to: str | None) -> None:
         )
 
 
-def closed_line(manifest: dict | None, period: str) -> str:
-    """A period's status as one line: draft, or closed with when, by whom, its total and content hash."""
+def closed_line(manifest: dict | None, period: str, config_path: str = "F") -> str:
+    """A period's status as one line: draft, or closed with when, by whom, its total and content hash.
+    `config_path` is named in the command that closes a draft."""
     if not manifest:
-        return f"{period}: [yellow]draft[/] (close it with `gpumeter close --period {period}`)"
+        command = f"gpumeter close --config {config_path} --period {period}"
+        return f"{period}: [yellow]draft[/] (close it with `{escape(command)}`)"
     return (
         f"{period}: [green]closed[/] {manifest['closed_at']} by {escape(str(manifest['closed_by']))}, "
         f"{manifest['line_count']} lines, total {manifest['total']} {manifest['currency']}, "
