@@ -20,6 +20,7 @@ from gpumeter.storage.paths import MARTS
 from gpumeter.storage.warehouse import Warehouse
 from gpumeter.views import scoped
 from gpumeter.views.rightsizing import HolderPeak, advise
+from tests.builders import invoiced_by_hand
 from tests.test_dashboard_scoping import RECORDER, Download, RecordingMediaFileManager
 from tests.test_views import build_metered
 from tests.test_views import stored as read
@@ -96,24 +97,25 @@ def test_a_tenant_has_no_pool_pages(app: Callable[..., AppTest]) -> None:
 
 
 def test_charges_equal_the_mart(app: Callable[..., AppTest], config: Config) -> None:
+    """The page's figures are the invoice's: each tenant's lines rounded once (by hand from the mart)."""
     at = app("finance", "charges")
     daily = read(config, MARTS, "tenant_daily_cost")
-    total = daily["amount"].sum()
-    assert total == read(config, MARTS, "pool_daily_cost")["pool_cost"].sum()  # R13
-    assert metric(at, "Total in scope") == usd(total)
-    billed = daily.filter(~pl.col("tenant").is_in([IDLE, UNALLOCATED]))["amount"].sum()
+    assert daily["amount"].sum() == read(config, MARTS, "pool_daily_cost")["pool_cost"].sum()  # R13
+    invoiced = invoiced_by_hand(daily, config.minor_unit)
+    assert metric(at, "Total in scope") == usd(sum(invoiced.values(), Decimal(0)))
+    billed = sum((v for t, v in invoiced.items() if t not in (IDLE, UNALLOCATED)), Decimal(0))
     assert metric(at, "Billed to tenants") == usd(billed)
     shown = at.dataframe[0].value
-    per_tenant = {
-        r["tenant"]: usd(r["amount"]) for r in daily.group_by("tenant").agg(pl.col("amount").sum()).to_dicts()
+    assert dict(zip(shown["tenant"], shown["amount"], strict=True)) == {
+        t: usd(v) for t, v in invoiced.items()
     }
-    assert dict(zip(shown["tenant"], shown["amount"], strict=True)) == per_tenant
+    assert any("Figures through" in c.value for c in at.caption)
 
 
 def test_a_tenant_sees_its_own_charges(app: Callable[..., AppTest], config: Config) -> None:
     at = app("tenant:serving", "charges")
     daily = read(config, MARTS, "tenant_daily_cost").filter(pl.col("tenant") == "serving")
-    assert metric(at, "Your charges") == usd(daily["amount"].sum())
+    assert metric(at, "Your charges") == usd(invoiced_by_hand(daily, config.minor_unit)["serving"])
     assert list(at.dataframe[0].value["tenant"]) == ["serving"]
 
 

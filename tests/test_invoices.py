@@ -242,7 +242,7 @@ def test_html_invoice_escapes_and_shows_what_finance_reads(tmp_path) -> None:
     )
     assert "<script>" not in html and "&lt;script&gt;alert(1)&lt;/script&gt;" in html  # HTML-escaped
     assert "INV-2026-11-SERVING" in html and "CLOSED" in html and "ab" * 32 in html
-    assert "2026-11-01T00:00:00Z" in html and "2026-12-01T00:00:00Z" in html
+    assert "1 Nov 2026 to 30 Nov 2026 (UTC)" in html  # the period as dates, its last day included
     assert "4.00 USD" in html  # the total: the one 4.00 line (R12)
     assert "ml-training" not in html  # another tenant's lines never show
     draft = render_invoice(lines, cfg, period, "ml-training", Status("2026-11", False, "cd" * 32))

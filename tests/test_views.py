@@ -19,6 +19,7 @@ import gpumeter_sim as simulator
 from gpumeter.billing.focus import focus_csv
 from gpumeter.billing.invoices import Period, invoice_csv
 from gpumeter.billing.periods import close_period, invoice_lines_path
+from gpumeter.billing.status import data_through
 from gpumeter.cli.demo import write_demo_config
 from gpumeter.config import IDLE, UNALLOCATED, Config, ConfigError, load_config, parse_config
 from gpumeter.pipelines.launch import invoice_month, meter_days
@@ -441,3 +442,28 @@ def test_a_closed_period_shows_its_lines_of_record_r16(views: Views, config: Con
     assert after.equals(before)
     status = views.invoice_status(Filters(NOVEMBER))
     assert status.closed and len(status.content_hash) == 64
+
+
+def test_how_far_the_figures_go_is_said_on_the_page_and_the_draft_invoice(
+    views: Views, config: Config
+) -> None:
+    """Two of November's 30 days are metered: the Charges page and the draft invoice say so, in words."""
+    assert views.data_through(Filters(NOVEMBER)) == "through 2 Nov 2026, 2 of 30 days metered"
+    exports = Warehouse.at(config.warehouse.path).root / "exports" / "2026-11"
+    html = (exports / "tenant_invoice_2026-11_serving.html").read_text(encoding="utf-8")
+    assert "figures through 2 Nov 2026, 2 of 30 days metered" in html
+    assert "1 Nov 2026 to 30 Nov 2026 (UTC)" in html and "end exclusive" not in html
+
+
+@pytest.mark.parametrize(
+    ("metered", "said"),
+    [
+        ([], "no day metered yet"),
+        (range(1, 8), "through 7 Nov 2026, 7 of 30 days metered"),
+        ([1, 2, 5], "through 5 Nov 2026, 3 of 30 days metered, 2 days before it not metered"),
+        ([1, 3], "through 3 Nov 2026, 2 of 30 days metered, 1 day before it not metered"),
+        (range(1, 31), "all 30 days metered"),
+    ],
+)
+def test_data_through_in_words(metered: list[int], said: str) -> None:
+    assert data_through(NOVEMBER, [date(2026, 11, d) for d in metered]) == said

@@ -17,7 +17,8 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
 
-from gpumeter.billing.invoices import ADJUSTMENT, ENERGY, Period, invoice_id, iso_utc, tenant_lines
+from gpumeter.billing.invoices import ADJUSTMENT, ENERGY, Period, invoice_id, tenant_lines
+from gpumeter.billing.status import data_through, day_words
 from gpumeter.config import Config
 
 if TYPE_CHECKING:
@@ -73,8 +74,9 @@ def render_invoice(
         cost_center=cost_center,
         pool=config.pool,
         period=str(period),
-        period_start=iso_utc(period.start),
-        period_end=iso_utc(period.end),
+        period_first=day_words(period.start),
+        period_last=day_words(period.days()[-1]),
+        data_through=None if status.metered_days is None else data_through(period, status.metered_days),
         currency=config.currency,
         closed=status.closed,
         status_word="closed" if status.closed else "draft",

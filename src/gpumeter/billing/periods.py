@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from datetime import date
 from decimal import Decimal
 from pathlib import Path
 
@@ -85,13 +86,20 @@ def closed_periods(warehouse: Warehouse) -> list[str]:
     return sorted(p.parent.name for p in base.glob(f"*/{paths.MANIFEST}"))
 
 
+def metered_days(warehouse: Warehouse, period: str) -> tuple[date, ...]:
+    """The days of the period with stored charges (any cluster)."""
+    days = set(Period.parse(period).days())
+    return tuple(sorted({d for _, d in warehouse.days(paths.MARTS, paths.TENANT_DAILY_COST) if d in days}))
+
+
 def status_of(warehouse: Warehouse, period: str, lines: pa.Table, minor_unit: int) -> Status:
     manifest = read_manifest(warehouse, period)
+    metered = metered_days(warehouse, period)
     if manifest:
         return Status(
-            period, True, manifest["content_hash"], manifest["closed_at"], manifest.get("closed_by")
+            period, True, manifest["content_hash"], manifest["closed_at"], manifest.get("closed_by"), metered
         )
-    return Status(period, False, content_hash(lines, minor_unit))
+    return Status(period, False, content_hash(lines, minor_unit), metered_days=metered)
 
 
 def read_lines(path: Path) -> pa.Table:

@@ -18,8 +18,16 @@ from rich.markup import escape
 from gpumeter.billing.adjustments import corrected_periods
 from gpumeter.billing.invoices import Period
 from gpumeter.billing.month import check_month
-from gpumeter.billing.periods import close_period, is_closed, published_exports, read_manifest, reopen_period
+from gpumeter.billing.periods import (
+    close_period,
+    is_closed,
+    metered_days,
+    published_exports,
+    read_manifest,
+    reopen_period,
+)
 from gpumeter.billing.refusals import CLOSED, INVOICED, check_not_empty, empty_month, is_empty
+from gpumeter.billing.status import data_through
 from gpumeter.cli import render
 from gpumeter.cli.render import console
 from gpumeter.config import (
@@ -153,6 +161,10 @@ def meter_and_invoice(
             else None
         )
         ok = render.month(outcome, config.currency, closed) and ok
+        if closed is None:  # a draft: how far its figures go
+            console.print(
+                f"{period}: figures {data_through(Period.parse(period), metered_days(warehouse, period))}"
+            )
         if closed is None and is_empty(warehouse, Period.parse(period)):
             console.print(f"{period}: {escape(empty_month(Period.parse(period), str(config_path)))}")
     return ok

@@ -123,6 +123,7 @@ def charges(ctx: Context) -> None:
     if per_tenant.is_empty():
         st.info("No charges metered for these filters.")
         return
+    st.caption(f"Figures {ctx.views.data_through(ctx.filters)}.")
     if so_far:
         _provisional_note(label)
     complete = "complete_days_amount" if so_far else "amount"
@@ -281,7 +282,10 @@ def invoices(ctx: Context) -> None:
     if status.closed:  # R16: a closed period's lines never change
         st.success(f"Closed {status.closed_at or ''} — content hash `{status.content_hash[:16]}…`")
     else:
-        st.info("Draft: the period is open; its lines change as days are metered or re-run.")
+        st.info(
+            "Draft: the period is open; its lines change as days are metered or re-run. "
+            f"Figures {ctx.views.data_through(ctx.filters)}."
+        )
     frame = pl.from_arrow(lines)
     assert isinstance(frame, pl.DataFrame)
     shown = frame.drop(

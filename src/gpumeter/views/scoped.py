@@ -36,8 +36,8 @@ import pyarrow.compute as pc
 
 from gpumeter.billing.budgets import BudgetStatus, budget_status
 from gpumeter.billing.invoices import INVOICE_SCHEMA, Period, csv_text, invoiced_by_tenant, neutralize
-from gpumeter.billing.periods import status_of, stored_lines
-from gpumeter.billing.status import Status
+from gpumeter.billing.periods import metered_days, status_of, stored_lines
+from gpumeter.billing.status import Status, data_through
 from gpumeter.config import IDLE, UNALLOCATED, Config
 from gpumeter.storage import paths, provisional
 from gpumeter.storage.provisional import THROUGH
@@ -374,6 +374,10 @@ class Views:
         """Tenants by amount, largest first, then unmapped workloads and idle capacity."""
         bucket = pl.col("tenant").replace_strict({UNALLOCATED: 1, IDLE: 2}, default=0, return_dtype=pl.Int8)
         return frame.sort([bucket, pl.col("amount"), pl.col("tenant")], descending=[False, True, False])
+
+    def data_through(self, filters: Filters) -> str:
+        """How far the period's figures go, in words (gpumeter.billing.status.data_through)."""
+        return data_through(filters.period, metered_days(self.warehouse, str(filters.period)))
 
     @_cached("tenant_daily_cost")
     def tenant_charges(self, viewer: Viewer, filters: Filters) -> pl.DataFrame:
