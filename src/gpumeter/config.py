@@ -750,6 +750,9 @@ class Config(_Model):
     pool: str = Field("gpu-pool", max_length=MAX_TEXT_CHARS, description="Name of the pool on invoices.")
     currency: str = Field("USD", pattern=r"^[A-Z]{3}$")
     currency_minor_unit: int | None = Field(None, ge=0, le=4, validate_default=True)
+    payment_terms_days: int = Field(
+        30, ge=0, le=365, description="Days from an invoice's issue (its period's close) to its due date."
+    )
     scrape_interval_seconds: int = Field(
         30, gt=0, le=3600, description="Δ: the time one raw sample stands for, in seconds (docs/rules.md)."
     )
