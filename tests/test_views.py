@@ -467,3 +467,12 @@ def test_how_far_the_figures_go_is_said_on_the_page_and_the_draft_invoice(
 )
 def test_data_through_in_words(metered: list[int], said: str) -> None:
     assert data_through(NOVEMBER, [date(2026, 11, d) for d in metered]) == said
+
+
+def test_days_not_yet_metered_are_gaps(views: Views, config: Config) -> None:
+    """November has ended and 2 of its days are metered: the other 28 are gaps on every cluster."""
+    gaps = views.coverage_gaps(Viewer("ops"), Filters(NOVEMBER))
+    clusters = [c.name for c in config.clusters]
+    want = {(c, date(2026, 11, d)) for c in clusters for d in range(3, 31)}
+    assert set(zip(gaps["cluster"], gaps["missing_day"], strict=True)) == want
+    assert gaps.height == 28 * len(clusters)

@@ -688,8 +688,12 @@ def data_quality(ctx: Context) -> None:
     for col, (label, value) in zip(st.columns(len(figures)), figures, strict=True):
         col.metric(label, value)
     table(ctx, quality, "data_quality")
-    st.subheader("Days with no metered data")
-    table(ctx, ctx.views.coverage_gaps(ctx.viewer, ctx.filters), "coverage_gaps")
+    gaps = ctx.views.coverage_gaps(ctx.viewer, ctx.filters)
+    st.subheader(f"Days not metered: {gaps.height} (cluster-days)")
+    st.caption(
+        "Every day of the period that has ended, or comes before a metered day, and has no metered data."
+    )
+    table(ctx, gaps, "coverage_gaps")
     st.subheader("Unmapped namespaces (charged to `__unallocated__`: no tenant rule matches them)")
     table(
         ctx, ctx.views.unmapped_namespaces(ctx.viewer, ctx.filters), "unmapped_namespaces", money=("amount",)

@@ -25,7 +25,7 @@ import hashlib
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import UTC, date, datetime
+from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
 from typing import Any, Literal, ParamSpec, TypeVar
 
@@ -39,6 +39,7 @@ from gpumeter.billing.invoices import INVOICE_SCHEMA, Period, csv_text, invoiced
 from gpumeter.billing.periods import metered_days, status_of, stored_lines
 from gpumeter.billing.status import Status, data_through
 from gpumeter.config import IDLE, UNALLOCATED, Config
+from gpumeter.ingest.contract import utc_today
 from gpumeter.storage import paths, provisional
 from gpumeter.storage.provisional import THROUGH
 from gpumeter.storage.warehouse import Warehouse
@@ -786,7 +787,8 @@ class Views:
 
     @_cached("pool_daily_cost")
     def coverage_gaps(self, viewer: Viewer, filters: Filters) -> pl.DataFrame:
-        """Days of the period up to the last metered one with no metered data, per cluster."""
+        """Days of the period with no metered data, per cluster: every day before the last metered one, and
+        every day since that has ended (UTC) and is not metered yet."""
         self._require_all(viewer, "coverage gaps")
         metered = self._frame(
             f"select distinct cluster, day from pool_daily_cost where {self._pool_where(filters).sql}",
@@ -798,7 +800,8 @@ class Views:
             return pl.DataFrame(
                 {"cluster": [], "missing_day": []}, schema={"cluster": pl.Utf8, "missing_day": pl.Date}
             )
-        last = max(metered["day"].to_list())
+        ended = utc_today() - timedelta(days=1)
+        last = max(max(metered["day"].to_list()), min(ended, filters.period.days()[-1]))
         seen = {(r["cluster"], r["day"]) for r in metered.iter_rows(named=True)}
         missing = [
             (cluster, day)
