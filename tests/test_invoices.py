@@ -291,3 +291,115 @@ def test_lines_of_look_alike_tenants_are_invoiced_apart() -> None:
     lines = build_invoice_lines(daily(rows), config(), Period.parse("2026-11")).to_pylist()
     ids = [r["invoice_id"] for r in lines]
     assert len(set(ids)) == len({r["tenant"] for r in lines}) == 5
+
+
+# --- an invoice finance can send (issue 46): issue and due dates, number, charges in words, the note ---------
+
+
+def _lines_of_every_charge_type():
+    """serving's lines of every charge type, an adjustment among them (a reserved line relabelled as the
+    correction of October's reserved charge, as periods.py writes one)."""
+    d1 = date(2026, 11, 1)
+    rows = [
+        (d1, "serving", kind, "H100-80GB", profile, "3600", gpu, amount)
+        for kind, profile, gpu, amount in [
+            ("reserved", None, "3600", "4"),
+            ("usage", "3g.40gb", "1542.857142857143", "1.714285714286"),
+            ("idle", None, "3600", "0.5"),
+            ("energy", None, "0", "0.25"),
+            ("reserved", "1g.10gb", "514.285714285714", "0.571428571429"),
+        ]
+    ]
+    lines = build_invoice_lines(daily(rows), config(), Period.parse("2026-11"))
+    last = lines.num_rows - 1
+
+    def relabel(name: str, value: str) -> pa.Array:
+        column = lines.column(name).to_pylist()
+        column[last] = value
+        return pa.array(column, lines.schema.field(name).type)
+
+    for name, value in [
+        ("charge_type", "adjustment"),
+        ("corrects_period", "2026-10"),
+        ("corrects_charge_type", "reserved"),
+    ]:
+        lines = lines.set_column(lines.schema.get_field_index(name), name, relabel(name, value))
+    return lines
+
+
+def test_payment_terms_are_days_from_0_to_365_and_30_by_default() -> None:
+    from gpumeter.config import ConfigError
+
+    assert config().payment_terms_days == 30
+    base = CONFIG.format(currency="USD")
+    for days in (0, 14, 365):
+        assert parse_config(base + f"payment_terms_days: {days}\n").payment_terms_days == days
+    for bad in ("-1", "366", "100000", "thirty"):
+        with pytest.raises(ConfigError, match="payment_terms_days"):
+            parse_config(base + f"payment_terms_days: {bad}\n")
+
+
+def test_a_closed_invoice_is_issued_the_day_its_month_closed_and_due_after_the_terms() -> None:
+    from gpumeter.billing.documents import render_invoice
+
+    lines, period = _lines_of_every_charge_type(), Period.parse("2026-11")
+    closed = Status("2026-11", True, "ab" * 32, "2026-12-07T23:59:59Z", "cfo")
+    html = render_invoice(lines, config(), period, "serving", closed)
+    assert "<dt>Issue date</dt><dd>7 Dec 2026</dd>" in html
+    assert "<dt>Due date</dt><dd>6 Jan 2027 (30 days after issue)</dd>" in html  # 7 Dec + 30 days
+    terms = parse_config(CONFIG.format(currency="USD") + "payment_terms_days: 0\n")
+    html = render_invoice(lines, terms, period, "serving", closed)
+    assert "<dt>Due date</dt><dd>7 Dec 2026 (0 days after issue)</dd>" in html  # due on issue
+    assert '<dt>Invoice number</dt><dd class="number">INV-2026-11-SERVING</dd>' in html
+    draft = render_invoice(lines, config(), period, "serving", Status("2026-11", False, "cd" * 32))
+    assert "<dt>Issue date</dt><dd>not issued (draft)</dd>" in draft and "Due date" not in draft
+    assert '<dd class="number">INV-2026-11-SERVING</dd>' in draft
+
+
+def test_charge_types_are_printed_in_words_and_gpu_equivalent_hours_are_explained() -> None:
+    from gpumeter.billing.documents import CHARGE_WORDS, render_invoice
+
+    assert CHARGE_WORDS["reserved"] == "GPU time reserved" and CHARGE_WORDS["usage"] == "GPU time used"
+    assert CHARGE_WORDS["idle"] == "Idle capacity" and CHARGE_WORDS["energy"] == "Energy"
+    assert CHARGE_WORDS["adjustment"] == "Correction to a closed month"
+    html = render_invoice(
+        _lines_of_every_charge_type(),
+        config(),
+        Period.parse("2026-11"),
+        "serving",
+        Status("2026-11", False, "cd" * 32),
+    )
+    for words in ("GPU time reserved", "GPU time used", "Energy"):  # idle is __idle__'s, never a tenant's
+        assert f'<tr><td class="charge">{words}</td>' in html, words
+    assert "<td>2026-10</td><td>Correction to a closed month: GPU time reserved</td>" in html
+    for raw in ("reserved", "usage", "idle", "energy", "adjustment"):
+        assert f"<td>{raw}</td>" not in html and f"<td>{raw}:" not in html
+    note = " ".join(html.split('<p class="note">', 1)[1].split("</p>", 1)[0].split())
+    assert "Device-hours are the hours a device, a whole GPU or a MIG instance, was held." in note
+    assert "3g.40gb MIG instance, 3 of the 7 compute slices of its GPU, is 3/7 of a GPU-hour" in note
+    assert "a GPU shared by several pods is split among them (equally)" in note
+    memory = parse_config(CONFIG.format(currency="USD").replace("{models:", "{mig_weight: memory, models:"))
+    html = render_invoice(
+        _lines_of_every_charge_type(),
+        memory,
+        Period.parse("2026-11"),
+        "serving",
+        Status("2026-11", False, "cd" * 32),
+    )
+    assert "4 of the 8 memory slices of its GPU, is 4/8 of a GPU-hour" in html
+
+
+def test_the_html_invoice_holds_in_a_narrow_window_and_the_pdf_keeps_its_a4_stylesheet() -> None:
+    from gpumeter.billing.documents import render_invoice
+
+    args = (_lines_of_every_charge_type(), config(), Period.parse("2026-11"), "serving")
+    html = render_invoice(*args, Status("2026-11", False, "cd" * 32))
+    assert '<meta name="viewport" content="width=device-width, initial-scale=1">' in html
+    # Each table of lines sits in a box that scrolls sideways: the page itself never overflows.
+    assert ".lines { max-width: 100%; overflow-x: auto;" in html
+    assert html.count('<div class="lines"><table>') == 2 and html.count("</table></div>") == 2
+    assert "@media (max-width: 40rem)" in html and "minmax(0, 1fr)" in html
+    assert "@page" not in html  # the HTML file has no print stylesheet
+    printed = render_invoice(*args, Status("2026-11", False, "cd" * 32), for_print=True)
+    assert "size: A4;" in printed and "thead { display: table-header-group; }" in printed
+    assert "overflow-x" not in printed and "@media" not in printed  # nothing WeasyPrint would ignore

@@ -208,11 +208,12 @@ def test_a_long_invoice_repeats_its_table_header_and_numbers_its_pages(tmp_path:
     pages = _pages(pdf)
     assert len(pages) >= 2
     for number, page in enumerate(pages, start=1):
-        assert "Charge GPU model MIG profile Device-hours Quantity Unit price Amount" in page
+        if "per GPU-hour" in page:  # a page of lines (the last may hold only the note under them)
+            assert "Charge GPU model MIG profile Device-hours Quantity Unit price Amount" in page
         assert f"Page {number} of {len(pages)}" in page and "DRAFT" in page
     text = _assert_says_what_its_csv_says(pdf, _csv(tmp_path / "invoice_lines_2026-11_serving.csv"))
     # 0.25 + 1.25 + … + 59.25 = 60 * 0.25 + 59 * 60 / 2, once, after the last line.
-    assert text.count("Total due") == 1 and "1,785.00 USD" in pages[-1]
+    assert text.count("Total due") == 1 and "1,785.00 USD" in text
 
 
 def test_an_energy_line_shows_its_kilowatt_hours_and_price_per_kwh(tmp_path: Path) -> None:
@@ -236,9 +237,60 @@ def test_an_energy_line_shows_its_kilowatt_hours_and_price_per_kwh(tmp_path: Pat
     )
     # By hand: 0.252 / 0.7 = 0.36 per kWh; 4.1 / 1 per GPU-hour; 0.252 rounds to 0.25 (R12).
     assert re.search(
-        r"^reserved H100-80GB whole GPU 1\.000 1\.000 GPU-hours 4\.10 per GPU-hour 4\.10$", text, re.M
+        r"^GPU time reserved H100-80GB whole GPU 1\.000 1\.000 GPU-hours 4\.10 per GPU-hour 4\.10$",
+        text,
+        re.M,
     )
-    assert re.search(r"^energy H100-80GB whole GPU 0\.000 0\.700 kWh 0\.3600 per kWh 0\.25$", text, re.M), (
+    assert re.search(r"^Energy H100-80GB whole GPU 0\.000 0\.700 kWh 0\.3600 per kWh 0\.25$", text, re.M), (
         text
     )
     assert "4.35 USD" in text
+
+
+def test_a_closed_pdf_invoice_reads_its_dates_number_charges_in_words_and_note_on_a4(tmp_path: Path) -> None:
+    """What finance sends, read back from the PDF: the invoice number, issued the day the month was closed and
+    due 30 days later (the default terms), each line's charge in words, the note on GPU-equivalent hours,
+    every line and the total, on A4 pages."""
+    from gpumeter.billing.documents import render_invoice_pdf
+
+    rows = [
+        (D1, "ml-training", "reserved", "H100-80GB", None, "3600", "3600", "4"),
+        (D1, "ml-training", "usage", "H100-80GB", "3g.40gb", "3600", "1542.857142857143", "1.714285714286"),
+        (D30, "ml-training", "energy", "H100-80GB", None, "0", "0", "0.252"),
+    ]
+    lines = build_invoice_lines(daily(rows), config(), NOV)
+    closed = Status("2026-11", True, "ab" * 32, "2026-12-01T09:00:00Z", "cfo")
+    pdf = render_invoice_pdf(lines, config(), NOV, "ml-training", closed)
+    reader = PdfReader(BytesIO(pdf))
+    for page in reader.pages:  # A4: 210 x 297 mm, in points
+        assert (round(float(page.mediabox.width)), round(float(page.mediabox.height))) == (595, 842)
+    text = "\n".join(_pages(pdf))
+    assert re.search(r"^Invoice number INV-2026-11-ML-TRAINING$", text, re.M), text
+    assert re.search(r"^Issue date 1 Dec 2026$", text, re.M), text
+    assert re.search(r"^Due date 31 Dec 2026 \(30 days after issue\)$", text, re.M), text
+    assert re.search(
+        r"^GPU time reserved H100-80GB whole GPU 1\.000 1\.000 GPU-hours 4\.00 per GPU-hour 4\.00$",
+        text,
+        re.M,
+    )
+    assert re.search(r"^GPU time used H100-80GB 3g\.\s?40gb 1\.000 0\.429 GPU-hours .* 1\.71$", text, re.M), (
+        text
+    )
+    assert re.search(r"^Energy H100-80GB whole GPU 0\.000 ", text, re.M), text
+    assert re.search(r"^Total due \(3 lines, .*\) 5\.96 USD$", text, re.M), text  # 4 + 1.71 + 0.25
+    words = " ".join(text.split())
+    assert "Device-hours are the hours a device, a whole GPU or a MIG instance, was held." in words
+    assert "is 3/7 of a GPU-hour, and a GPU shared by several pods is split among them (equally)." in words
+
+
+def test_a_draft_pdf_invoice_is_not_issued_and_has_no_due_date(tmp_path: Path) -> None:
+    from gpumeter.billing.documents import render_invoice_pdf
+
+    lines = build_invoice_lines(
+        daily([(D1, "serving", "reserved", "H100-80GB", None, "3600", "3600", "4")]), config(), NOV
+    )
+    text = "\n".join(
+        _pages(render_invoice_pdf(lines, config(), NOV, "serving", Status("2026-11", False, "cd" * 32)))
+    )
+    assert re.search(r"^Issue date not issued \(draft\)$", text, re.M), text
+    assert "Due date" not in text and "INV-2026-11-SERVING" in text and "GPU time reserved" in text

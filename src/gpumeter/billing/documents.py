@@ -11,6 +11,7 @@ import os
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from datetime import date, datetime, timedelta
 from decimal import Decimal
 from typing import TYPE_CHECKING
 
@@ -31,6 +32,40 @@ _ENV = Environment(
     undefined=StrictUndefined,
     keep_trailing_newline=True,
 )
+
+
+# The charge types of invoice lines, in the words an invoice prints them in: one mapping, used for a line's
+# own type and for the type an adjustment corrects. A type not listed (none today) is printed as it is stored.
+CHARGE_WORDS = {
+    "reserved": "GPU time reserved",
+    "usage": "GPU time used",
+    "idle": "Idle capacity",
+    "idle_share": "Share of idle capacity",
+    "energy": "Energy",
+    ADJUSTMENT: "Correction to a closed month",
+}
+
+
+def charge_words(charge_type: str | None) -> str:
+    """A charge type as the invoice says it: `reserved` is "GPU time reserved"."""
+    return CHARGE_WORDS.get(charge_type or "", charge_type or "")
+
+
+def issue_and_due(status: Status, payment_terms_days: int) -> tuple[date, date] | None:
+    """The day an invoice is issued (the UTC day its period was closed) and the day it is due (that day plus
+    the payment terms); None for a draft, which is not issued."""
+    if not status.closed or not status.closed_at:
+        return None
+    issued = datetime.fromisoformat(status.closed_at.replace("Z", "+00:00")).date()
+    return issued, issued + timedelta(days=payment_terms_days)
+
+
+# The note under the lines, which explains device-hours against GPU-hours, says the rule the config meters by.
+_MIG_EXAMPLE = {
+    "compute": "an hour of a 3g.40gb MIG instance, 3 of the 7 compute slices of its GPU, is 3/7 of a GPU-hour",
+    "memory": "an hour of a 3g.40gb MIG instance, 4 of the 8 memory slices of its GPU, is 4/8 of a GPU-hour",
+}
+_SHARE_WORDS = {"equal": "equally", "requested": "by the fractions they requested, else equally"}
 
 
 def _hours(value: Decimal) -> str:
@@ -58,6 +93,8 @@ def render_invoice(
             unit_price = f"{money.format(row['unit_price'])} per GPU-hour"
         return {
             **row,
+            "charge": charge_words(row["charge_type"]),
+            "corrects_charge": charge_words(row["corrects_charge_type"]),
             "device_hours": _hours(row["device_hours"]),
             "quantity": quantity,
             "unit_price": unit_price,
@@ -68,6 +105,7 @@ def render_invoice(
     adjustments = [r for r in rows if r["charge_type"] == ADJUSTMENT]
     total = sum((r["amount"] for r in rows), Decimal(0))  # R12: totals are sums of rounded lines
     cost_center = next((r["cost_center"] for r in rows if r["cost_center"]), "")
+    dates = issue_and_due(status, config.payment_terms_days)
     return _ENV.get_template("invoice.html.j2").render(
         invoice_id=invoice_id(period, tenant),
         tenant=tenant,
@@ -82,6 +120,11 @@ def render_invoice(
         status_word="closed" if status.closed else "draft",
         closed_at=status.closed_at,
         closed_by=status.closed_by,
+        issued=day_words(dates[0]) if dates else None,
+        due=day_words(dates[1]) if dates else None,
+        payment_terms_days=config.payment_terms_days,
+        mig_example=_MIG_EXAMPLE[config.rate_card.mig_weight],
+        share_words=_SHARE_WORDS[config.share],
         content_hash=status.content_hash,
         usage=[shown(r) for r in usage],
         adjustments=[shown(r) for r in adjustments],
