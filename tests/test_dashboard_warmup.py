@@ -15,6 +15,7 @@ from streamlit.testing.v1 import AppTest
 from gpumeter.config import Config, load_config, parse_config
 from gpumeter.dashboard import APP, warmup
 from gpumeter.pipelines.launch import meter_days
+from gpumeter.storage.replacement import Acceptance
 from gpumeter.views.cache import READS, ReadCache
 from gpumeter.views.scoped import Viewer
 from tests.builders import edit_config
@@ -97,8 +98,10 @@ def test_a_re_metered_day_is_read_again_by_the_next_round(
         misses = READS.misses
         _view_every_page(config_path, "finance", ["charges", "usage"], monkeypatch)
         assert READS.misses == misses
-    finally:
-        meter_days(str(config_path), [DAYS[0]])
+    finally:  # halving the prices again bills the day less: accepted, as an operator would (audited)
+        meter_days(
+            str(config_path), [DAYS[0]], acceptance=Acceptance("the test puts the prices back", "pytest")
+        )
 
 
 def test_a_round_stops_at_half_the_cache(config: Config) -> None:
