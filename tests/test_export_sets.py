@@ -54,6 +54,28 @@ def _write_config(path: Path, wh: Warehouse, text: str = CONFIG) -> Path:
     return path
 
 
+def _dies_in_the_documents_writer(warehouse: str) -> str:
+    """A child's program: roll the month up (without serving) into `warehouse` (a Python expression), and
+    kill -9 itself inside the documents writer, after its first file of the new figures is written."""
+    return textwrap.dedent(
+        f"""
+        import os, signal
+        from gpumeter.billing import exports, month
+        from gpumeter.config import parse_config
+        from gpumeter.storage.files import atomic_write_text
+        from gpumeter.storage.warehouse import Warehouse
+
+        def dies(lines, config, period, out_dir, status):
+            atomic_write_text(out_dir / "tenant_invoice_{PERIOD}_ml-training.html", "half a set")
+            os.kill(os.getpid(), signal.SIGKILL)
+
+        exports.EXPORTS["documents"] = dies
+        cfg = parse_config({CONFIG_WITHOUT_SERVING.format(currency="USD")!r})
+        month.roll_up_month(cfg, {warehouse}, {PERIOD!r})
+        """
+    )
+
+
 @pytest.fixture
 def wh(tmp_path: Path) -> Warehouse:
     warehouse = Warehouse.at(tmp_path / "wh")
@@ -92,33 +114,13 @@ def test_a_tenant_no_longer_billed_has_no_file_left_in_the_set_or_out(wh: Wareho
     assert _leftovers(wh) == []
 
 
-def test_a_run_killed_while_writing_leaves_the_previous_set_whole_and_the_next_sweeps(
-    wh: Warehouse, tmp_path: Path
-) -> None:
+def test_a_run_killed_while_writing_leaves_the_previous_set_whole_and_the_next_sweeps(wh: Warehouse) -> None:
     """kill -9 of a process inside the documents writer, after its first file of the new figures is written."""
     roll_up_month(config(), wh, PERIOD)
     out = periods.exports_dir(wh, PERIOD)
     before = {p.name: p.read_bytes() for p in sorted(out.iterdir())}
     _store(wh, D_NOV, WITHOUT_SERVING)
-    config_path = _write_config(tmp_path / "config.yaml", wh, CONFIG_WITHOUT_SERVING)
-    child = textwrap.dedent(
-        f"""
-        import os, signal
-        from pathlib import Path
-        from gpumeter.billing import exports, month
-        from gpumeter.config import load_config
-        from gpumeter.storage.files import atomic_write_text
-        from gpumeter.storage.warehouse import Warehouse
-
-        def dies(lines, config, period, out_dir, status):
-            atomic_write_text(out_dir / "tenant_invoice_{PERIOD}_ml-training.html", "half a set")
-            os.kill(os.getpid(), signal.SIGKILL)
-
-        exports.EXPORTS["documents"] = dies
-        cfg = load_config(Path({str(config_path)!r}))
-        month.roll_up_month(cfg, Warehouse.of(cfg.warehouse), {PERIOD!r})
-        """
-    )
+    child = _dies_in_the_documents_writer(f"Warehouse.at({str(wh.root)!r})")
     run = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, timeout=120)
     assert run.returncode == -signal.SIGKILL, run.stderr
     assert {p.name: p.read_bytes() for p in sorted(out.iterdir())} == before  # byte for byte
@@ -278,23 +280,7 @@ def test_on_an_object_store_a_killed_run_leaves_the_previous_set_whole(s3_endpoi
     wh, first = _s3_month(s3_endpoint, "killed")
     before = _s3_digests(first)
     _store(wh, D_NOV, WITHOUT_SERVING)
-    child = textwrap.dedent(
-        f"""
-        import os, signal
-        from gpumeter.billing import exports, month
-        from gpumeter.config import parse_config
-        from gpumeter.storage.files import atomic_write_text
-        from gpumeter.storage.warehouse import Warehouse
-
-        def dies(lines, config, period, out_dir, status):
-            atomic_write_text(out_dir / "tenant_invoice_{PERIOD}_ml-training.html", "half a set")
-            os.kill(os.getpid(), signal.SIGKILL)
-
-        exports.EXPORTS["documents"] = dies
-        cfg = parse_config({CONFIG_WITHOUT_SERVING.format(currency="USD")!r})
-        month.roll_up_month(cfg, Warehouse.at({str(wh.root)!r}, endpoint_url={s3_endpoint!r}), {PERIOD!r})
-        """
-    )
+    child = _dies_in_the_documents_writer(f"Warehouse.at({str(wh.root)!r}, endpoint_url={s3_endpoint!r})")
     run = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, timeout=120)
     assert run.returncode == -signal.SIGKILL, run.stderr
     assert periods.published_exports(wh, PERIOD) == first
