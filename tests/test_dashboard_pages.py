@@ -110,6 +110,7 @@ def test_charges_equal_the_mart(app: Callable[..., AppTest], config: Config) -> 
         t: usd(v) for t, v in invoiced.items()
     }
     assert any("Figures through" in c.value for c in at.caption)
+    assert [e.label for e in at.expander] == ["What these words mean"]  # the glossary, in place
 
 
 def test_a_tenant_sees_its_own_charges(app: Callable[..., AppTest], config: Config) -> None:

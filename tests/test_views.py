@@ -26,6 +26,7 @@ from gpumeter.config import IDLE, UNALLOCATED, Config, ConfigError, load_config,
 from gpumeter.pipelines.launch import invoice_month, meter_days
 from gpumeter.storage.paths import MARTS
 from gpumeter.storage.warehouse import Warehouse
+from gpumeter.views import words
 from gpumeter.views.scoped import (
     AccessDenied,
     Filters,
@@ -479,3 +480,14 @@ def test_days_not_yet_metered_are_gaps(views: Views, config: Config) -> None:
     want = {(c, date(2026, 11, d)) for c in clusters for d in range(3, 31)}
     assert set(zip(gaps["cluster"], gaps["missing_day"], strict=True)) == want
     assert gaps.height == 28 * len(clusters)
+
+
+def test_the_glossary_page_is_made_from_the_glossary_and_names_every_bucket() -> None:
+    """docs/glossary.md is the glossary the dashboard shows (`python -m gpumeter.views.words > docs/glossary.md`),
+    and it tells the two buckets and the free-GPU category apart in words."""
+    doc = Path(__file__).resolve().parents[1] / "docs" / "glossary.md"
+    assert doc.read_text(encoding="utf-8") == words.glossary_markdown()
+    said = {t.shown_as: t.words for t in words.GLOSSARY}
+    assert said[IDLE] == "Idle capacity (not billed to a tenant)"
+    assert said[UNALLOCATED] == "Unmapped workloads"
+    assert len(set(said.values())) == len(said)  # no two terms share words

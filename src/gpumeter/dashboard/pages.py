@@ -17,7 +17,7 @@ from gpumeter.billing.invoices import billed_tenants, invoice_csv, tenant_lines
 from gpumeter.config import IDLE, UNALLOCATED
 from gpumeter.dashboard.common import Context, download, table
 from gpumeter.storage import paths
-from gpumeter.views import scoped
+from gpumeter.views import scoped, words
 
 CATEGORY_COLORS = {
     "allocated_active": "#2e7d32",
@@ -64,6 +64,13 @@ def _bars(
 def _floats(frame: pl.DataFrame, *columns: str) -> pl.DataFrame:
     """Decimals as floats for plotting only (the tables and downloads keep them exact)."""
     return frame.with_columns(pl.col(c).cast(pl.Float64) for c in columns if c in frame.columns)
+
+
+def _glossary() -> None:
+    """What the page's words mean (gpumeter.views.words, also docs/glossary.md)."""
+    with st.expander("What these words mean"):
+        for term in words.GLOSSARY:
+            st.markdown(f"**{term.words}** (`{term.shown_as}`): {term.meaning}")
 
 
 def _chart(fig: go.Figure, key: str, daily: bool = False) -> None:
@@ -130,8 +137,12 @@ def charges(ctx: Context) -> None:
     total = _sum(per_tenant[complete])
     billed = _sum(per_tenant.filter(~pl.col("tenant").is_in([IDLE, UNALLOCATED]))[complete])
     columns = st.columns(3 if so_far else 2)
-    columns[0].metric("Total in scope" if ctx.viewer.sees_all_tenants else "Your charges", ctx.money(total))
-    columns[1].metric("Billed to tenants", ctx.money(billed))
+    columns[0].metric(
+        "Total in scope" if ctx.viewer.sees_all_tenants else "Your charges",
+        ctx.money(total),
+        help=words.meaning("Total in scope") if ctx.viewer.sees_all_tenants else None,
+    )
+    columns[1].metric("Billed to tenants", ctx.money(billed), help=words.meaning("Billed to tenants"))
     if so_far:
         columns[2].metric(
             "Today so far",
@@ -166,6 +177,7 @@ def charges(ctx: Context) -> None:
         )
     money = ("complete_days_amount", "provisional_amount", "amount") if so_far else ("amount",)
     table(ctx, per_tenant, "month_to_date" if so_far else "tenant_charges", money=money)
+    _glossary()
     daily = (
         _basis(ctx.views.daily_charges_so_far(ctx.viewer, ctx.filters), label)
         if so_far

@@ -1,0 +1,96 @@
+"""The glossary: what each figure and bucket gpumeter shows means, in finance's and ops' words. The dashboard's
+help and docs/glossary.md are both made from it (`python -m gpumeter.views.words > docs/glossary.md`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gpumeter.config import IDLE, UNALLOCATED
+
+
+@dataclass(frozen=True)
+class Term:
+    shown_as: str  # how it appears on a page, an invoice or a file
+    words: str  # what finance calls it
+    meaning: str  # one or two sentences
+
+
+GLOSSARY: tuple[Term, ...] = (
+    Term(
+        IDLE,
+        "Idle capacity (not billed to a tenant)",
+        "The part of the pool cost no holder pays: mostly GPU time nobody held (and what a usage tariff or a "
+        "price other than the pool's leaves over). It is on no tenant's invoice; with the tenants' charges and "
+        "Unmapped workloads it adds up to the pool cost.",
+    ),
+    Term(
+        UNALLOCATED,
+        "Unmapped workloads",
+        "GPU time held by pods whose namespace or labels match no tenant rule: billed to no tenant until the "
+        "config maps them; Data quality lists the namespaces.",
+    ),
+    Term(
+        "unallocated (capacity category)",
+        "Free GPUs (no holder)",
+        "Under Where capacity went: GPU time of healthy, schedulable GPUs nobody held. Its cost is part of Idle "
+        "capacity; it is not Unmapped workloads, which were held.",
+    ),
+    Term(
+        "Total in scope",
+        "Total in scope",
+        "Everything the filters select: the tenants' charges, Unmapped workloads and Idle capacity; for the whole "
+        "pool it is the pool cost, give or take the rounding of each invoice line.",
+    ),
+    Term(
+        "Billed to tenants",
+        "Billed to tenants",
+        "What the tenants' invoices say: Total in scope less Unmapped workloads and Idle capacity.",
+    ),
+    Term(
+        "GPU-hours",
+        "GPU-equivalent hours",
+        "Hours of whole GPUs: a MIG slice counts as its share of a GPU (a 3g.40gb instance for an hour is 3/7 of "
+        "a GPU-hour) and a GPU shared by several pods is split among them.",
+    ),
+    Term(
+        "device-hours",
+        "Device-hours",
+        "Hours a device was held, whatever its size: a whole GPU or a MIG instance counts one per hour.",
+    ),
+    Term(
+        "stranded",
+        "Stranded capacity",
+        "GPU time that did no work: held but idle, free, unpartitioned MIG slices, cordoned or unhealthy GPUs.",
+    ),
+    Term(
+        "coverage",
+        "Coverage",
+        "The GPU time the exporters reported against the time the nodes' GPUs existed; what was not reported "
+        "is never billed.",
+    ),
+    Term(
+        "provisional",
+        "Today so far",
+        "Today metered up to the last full hour: shown apart, on no invoice, replaced by the complete day after "
+        "midnight.",
+    ),
+)
+
+
+def meaning(shown_as: str) -> str:
+    """The glossary's sentence for a term as it is shown (for a page's help)."""
+    return next(t.meaning for t in GLOSSARY if t.shown_as == shown_as)
+
+
+def glossary_markdown() -> str:
+    rows = "\n".join(f"| `{t.shown_as}` | {t.words} | {t.meaning} |" for t in GLOSSARY)
+    return (
+        "# Glossary\n\n"
+        "What each figure and bucket gpumeter shows means. The dashboard's help says the same "
+        "(`src/gpumeter/views/words.py`, from which this page is made).\n\n"
+        "| shown as | in words | what it means |\n|---|---|---|\n" + rows + "\n"
+    )
+
+
+if __name__ == "__main__":
+    print(glossary_markdown(), end="")
