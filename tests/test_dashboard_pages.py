@@ -335,3 +335,30 @@ def test_capacity_groups_rows_above_the_threshold_and_drills_down_to_a_node(
         d for d in RECORDER.downloads if (d.file_name or "").startswith("hourly_heatmap_by_gpu_model_")
     ]
     assert sorted(_csv(by_model)["gpu_model"].unique()) == models
+
+
+def test_tables_show_headers_in_words_and_numbers_for_their_unit() -> None:
+    """Column headers in words, ratios as percentages, amounts of time with thousands separators, days as dates."""
+    from gpumeter.dashboard.common import column_config
+
+    def shown(name: str, dtype: pl.DataType, money: bool = False) -> tuple[str, str | None]:
+        config = column_config(name, dtype, money)
+        return config["label"], (config.get("type_config") or {}).get("format")
+
+    assert shown("used_gpu_hours", pl.Float64) == ("GPU-hours used", "accounting")
+    assert shown("efficiency", pl.Float64) == ("Efficiency (used ÷ held)", "percent")
+    assert shown("coverage", pl.Float64) == ("Coverage", "percent")
+    assert shown("amount", pl.Utf8, money=True) == ("Amount", None)
+    assert shown("missing_day", pl.Date) == ("Day not metered", "D MMM YYYY")
+    assert shown("held_slice_hours", pl.Float64) == ("Held slice hours", "accounting")
+    assert shown("gpu_model", pl.Utf8) == ("GPU model", None)
+    assert shown("observed_gpus", pl.Int64) == ("Observed GPUs", "localized")
+
+
+def test_a_table_gives_streamlit_its_words_and_blank_cost_centers(app: Callable[..., AppTest]) -> None:
+    at = app("finance", "charges")
+    table = at.dataframe[0]
+    assert "None" not in [str(v) for v in table.value["cost_center"]]  # a missing cost center is blank
+    columns = json.loads(table.proto.columns)  # what the browser's grid is told
+    assert columns["used_gpu_hours"]["label"] == "GPU-hours used"
+    assert columns["efficiency"]["type_config"]["format"] == "percent"

@@ -12,6 +12,7 @@ import polars as pl
 import streamlit as st
 
 from gpumeter.config import Config
+from gpumeter.views import words
 from gpumeter.views.scoped import AccessDenied, Filters, Viewer, Views, frame_csv
 
 
@@ -87,6 +88,27 @@ def table(
         st.info(f"No {name.replace('_', ' ')} for these filters.")
         return
     # As Arrow: Streamlit sends an Arrow table as it is, where a polars frame goes through pandas first.
-    shown = ctx.money_column(frame, *money).to_arrow(compat_level=pl.CompatLevel.oldest())
-    st.dataframe(shown, hide_index=True, width="stretch", **kwargs)  # type: ignore[arg-type]
+    display = ctx.money_column(frame, *money).with_columns(pl.col(pl.Utf8).fill_null(""))
+    shown = display.to_arrow(compat_level=pl.CompatLevel.oldest())
+    columns = {c: column_config(c, display.schema[c], c in money) for c in display.columns}
+    st.dataframe(shown, hide_index=True, width="stretch", column_config=columns, **kwargs)  # type: ignore[arg-type]
     download(ctx, frame, name, key=f"dl-{name}")
+
+
+def column_config(name: str, dtype: pl.DataType, money: bool = False) -> object:
+    """How a table shows a column: its header in words (gpumeter.views.words), ratios as percentages, other
+    numbers with thousands separators, times as dates."""
+    label = words.column_words(name)
+    if money or dtype == pl.Utf8:
+        return st.column_config.TextColumn(label)
+    if name in words.RATIO_COLUMNS and dtype.is_numeric():
+        return st.column_config.NumberColumn(label, format="percent")
+    if dtype.is_float() or dtype.is_decimal():
+        return st.column_config.NumberColumn(label, format="accounting")
+    if dtype.is_integer():
+        return st.column_config.NumberColumn(label, format="localized")
+    if dtype == pl.Date:
+        return st.column_config.DateColumn(label, format="D MMM YYYY")
+    if isinstance(dtype, pl.Datetime):
+        return st.column_config.DatetimeColumn(label, format="D MMM YYYY, HH:mm")
+    return st.column_config.Column(label)

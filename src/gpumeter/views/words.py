@@ -77,6 +77,48 @@ GLOSSARY: tuple[Term, ...] = (
 )
 
 
+# A table's column headers in words; any other column reads as its name in a sentence (_GPU_ as GPU).
+COLUMN_WORDS = {
+    "cost_center": "Cost center",
+    "gpu_hours": "GPU-hours held",
+    "used_gpu_hours": "GPU-hours used",
+    "device_hours": "Device-hours",
+    "efficiency": "Efficiency (used ÷ held)",
+    "amount": "Amount",
+    "complete_days_amount": "Complete days",
+    "provisional_amount": "Today so far",
+    "of_which_today_provisional": "Of which today so far",
+    "burn_ratio": "Budget spent",
+    "forecast_over": "Forecast over budget",
+    "days_elapsed": "Days metered",
+    "days_in_period": "Days in the month",
+    "is_stranded": "Stranded",
+    "gpu_model": "GPU model",
+    "mig_profile": "MIG profile",
+    "gpu_i_id": "MIG instance",
+    "uuid": "GPU",
+    "coverage": "Coverage",
+    "missing_day": "Day not metered",
+    "observed_gpu_hours": "Observed GPU-hours",
+    "expected_gpu_hours": "Expected GPU-hours",
+    "unobserved_gpu_hours": "Unobserved GPU-hours (not billed)",
+    "idle_cost": "Cost of idle time",
+    "monthly_saving": "Saving per month",
+}
+# Columns that hold a ratio (shown as a percentage).
+RATIO_COLUMNS = frozenset({"efficiency", "coverage", "burn_ratio", "share", "busy", "allocated"})
+
+
+def column_words(name: str) -> str:
+    """A column's header in words."""
+    if name in COLUMN_WORDS:
+        return COLUMN_WORDS[name]
+    text = name.replace("_", " ")
+    acronyms = {"gpu": "GPU", "gpus": "GPUs", "mig": "MIG", "dcgm": "DCGM", "kwh": "kWh"}
+    text = " ".join(acronyms.get(w, w) for w in text.split())
+    return text[:1].upper() + text[1:]
+
+
 def meaning(shown_as: str) -> str:
     """The glossary's sentence for a term as it is shown (for a page's help)."""
     return next(t.meaning for t in GLOSSARY if t.shown_as == shown_as)
