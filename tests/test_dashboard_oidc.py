@@ -53,7 +53,7 @@ if not Path(CHROMIUM).exists():  # .ci/run installs it (and tests/conftest.py re
 # downloads the page has for the tenant `serving` of the demo (each clicked, with any other the page has).
 TENANT_PAGES = {
     "": ("Usage and efficiency of serving", ["Download usage_by_model (CSV)"]),
-    "charges": ("Charges", ["Download tenant_charges (CSV)", "Download monthly_charges (CSV)"]),
+    "charges": ("What you owe", ["Download tenant_charges (CSV)", "Download monthly_charges (CSV)"]),
     "budgets": ("Budgets", ["Download budgets (CSV)"]),
     "invoices": (
         "Invoices",

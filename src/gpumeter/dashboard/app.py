@@ -34,10 +34,10 @@ OPS = [
     ("data_quality", "Data quality", ":material/fact_check:"),
 ]
 USAGE = [("usage", "Usage", ":material/monitoring:")]
-TENANT = [
+TENANT = [  # a tenant's pages speak to the tenant
     ("usage", "Usage", ":material/monitoring:"),
-    ("charges", "Charges", ":material/payments:"),
-    ("budgets", "Budget", ":material/savings:"),
+    ("charges", "What you owe", ":material/payments:"),
+    ("budgets", "Your budget", ":material/savings:"),
     ("invoices", "Invoices", ":material/receipt_long:"),
     ("idle", "Allocated idle", ":material/hourglass_empty:"),
     ("rightsizing", "Right-sizing", ":material/compress:"),

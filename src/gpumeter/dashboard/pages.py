@@ -122,7 +122,7 @@ def _sum(values: pl.Series) -> Decimal:
 
 # --- finance ---------------------------------------------------------------------------------------
 def charges(ctx: Context) -> None:
-    st.title(f"Charges — {ctx.filters.period}")
+    st.title(f"{'Charges' if ctx.viewer.sees_all_tenants else 'What you owe'} — {ctx.filters.period}")
     so_far = ctx.views.provisional_days(ctx.viewer, ctx.filters)
     label = scoped.provisional_label(so_far)
     # With today's provisional figures: the month to date, the complete days' part apart from today's.
