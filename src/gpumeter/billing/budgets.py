@@ -21,7 +21,7 @@ from decimal import ROUND_HALF_EVEN, Decimal, localcontext
 
 import pyarrow as pa
 
-from gpumeter.billing.invoices import Period
+from gpumeter.billing.invoices import LINE_COLUMNS, Period, invoiced_from_rows
 from gpumeter.config import RESERVED_BUCKETS, Config
 from gpumeter.ingest.contract import day_bounds_ms
 from gpumeter.storage.provisional import THROUGH
@@ -38,7 +38,7 @@ class BudgetStatus:
     cost_center: str | None
     period: str  # "YYYY-MM"
     budget: Decimal | None  # Tenant.monthly_budget; None if not set
-    spent: Decimal  # Σ tenant_daily_cost.amount of the tenant for the period's metered days <= as_of
+    spent: Decimal  # the tenant's metered days <= as_of as its invoice says them (each line rounded once), + today so far
     days_elapsed: int  # complete days of the period metered up to as_of (provisional ones not counted)
     days_in_period: int
     forecast: Decimal  # projected spend at period end: spent × days_in_period / days_metered
@@ -116,6 +116,15 @@ def budget_status(
     # An empty table may come without the mart's columns (no day stored yet): it is simply no spend.
     columns = ["day", "tenant", "cost_center", "amount"]
     found = tenant_daily_cost.select(columns).to_pylist() if tenant_daily_cost.num_rows else []
+    # What the invoice says of the complete days, where the rows carry their lines' keys and exact money.
+    invoiced = None
+    if tenant_daily_cost.num_rows and set(LINE_COLUMNS) <= set(tenant_daily_cost.column_names):
+        in_range = [
+            r
+            for r in tenant_daily_cost.select([*columns, *LINE_COLUMNS]).to_pylist()
+            if start <= r["day"] < last and r["tenant"] not in RESERVED_BUCKETS
+        ]
+        invoiced = invoiced_from_rows(in_range, config.minor_unit)
     for row in found:
         day = row["day"]
         if not start <= day < last:
@@ -167,7 +176,12 @@ def budget_status(
             for day in days:
                 running += by_day.get(day, Decimal(0))
                 cumulative.append((day, _money(running)))
-            spent = _money(running)
+            # The spend is the invoice's figure (each line rounded once) plus today so far, where known.
+            spent = (
+                _money(running)
+                if invoiced is None
+                else _money(invoiced.get(name, Decimal(0)) + provisional_spent.get(name, Decimal(0)))
+            )
             if not partial:
                 forecast = _money(spent * days_in_period / len(days)) if days else Decimal(0)
             else:  # spend per metered second × the period's seconds: one division, exact to 12 places

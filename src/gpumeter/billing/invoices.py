@@ -7,11 +7,12 @@ import hashlib
 import io
 import re
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, date, datetime
 from decimal import ROUND_HALF_EVEN, Decimal
 from fractions import Fraction
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -127,6 +128,29 @@ def invoiced_by_tenant(
         exact = Fraction(int(units), int(per)) if units is not None and per else None
         totals[tenant] += round_money(Decimal(amount) if exact is None else exact, minor_unit)
     return dict(totals)
+
+
+# The columns of tenant_daily_cost that key an invoice line and hold its exact money.
+LINE_COLUMNS = ("charge_type", "gpu_model", "mig_profile", "amount_units", "units_per_currency")
+
+
+def invoiced_from_rows(rows: Iterable[Mapping[str, Any]], minor_unit: int) -> dict[str, Decimal]:
+    """invoiced_by_tenant of tenant_daily_cost rows (with LINE_COLUMNS): grouped into their invoice lines, per
+    month, tenant, charge type, GPU model and MIG profile."""
+    lines: dict[tuple, list] = {}
+    for row in rows:
+        key = (
+            row["day"].strftime("%Y-%m"),
+            row["tenant"],
+            row["charge_type"],
+            row["gpu_model"],
+            row["mig_profile"],
+        )
+        acc = lines.setdefault(key, [0, None, Decimal(0)])
+        acc[0] += int(row["amount_units"] or 0)
+        acc[1] = acc[1] or row["units_per_currency"]
+        acc[2] += Decimal(row["amount"])
+    return invoiced_by_tenant(((k[1], u, p, a) for k, (u, p, a) in lines.items()), minor_unit)
 
 
 _PLAIN_NAME = re.compile(r"[a-z0-9]+(?:-[a-z0-9]+)*")

@@ -35,7 +35,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from gpumeter.billing.budgets import BudgetStatus, budget_status
-from gpumeter.billing.invoices import INVOICE_SCHEMA, Period, csv_text, invoiced_by_tenant, neutralize
+from gpumeter.billing.invoices import (
+    INVOICE_SCHEMA,
+    LINE_COLUMNS,
+    Period,
+    csv_text,
+    invoiced_by_tenant,
+    neutralize,
+)
 from gpumeter.billing.periods import metered_days, status_of, stored_lines
 from gpumeter.billing.status import Status, data_through
 from gpumeter.config import IDLE, UNALLOCATED, Config
@@ -466,7 +473,7 @@ class Views:
         reach `budget_status` as zero-amount `__idle__` rows, which count the day and are no one's spend."""
         if "tenant_daily_cost" not in self.tables:
             return []
-        columns = ["day", "tenant", "cost_center", "amount"]
+        columns = ["day", "tenant", "cost_center", "amount", *LINE_COLUMNS]  # the lines: spent as invoiced
         rows = self.tenant_daily_cost(viewer, filters).select(columns)
         where = self._pool_where(filters, model_col="gpu_model")
         days = [
@@ -483,6 +490,7 @@ class Views:
                 "tenant": [IDLE] * len(days),
                 "cost_center": [None] * len(days),
                 "amount": [Decimal(0)] * len(days),
+                **{c: [None] * len(days) for c in LINE_COLUMNS},
             },
             schema=rows.schema,
         )
