@@ -363,3 +363,23 @@ def test_a_table_gives_streamlit_its_words_and_blank_cost_centers(app: Callable[
     columns = json.loads(table.proto.columns)  # what the browser's grid is told
     assert columns["used_gpu_hours"]["label"] == "GPU-hours used"
     assert columns["efficiency"]["type_config"]["format"] == "percent"
+
+
+def _trace_colors(at: AppTest) -> dict[str, str]:
+    """Each chart trace's name and colour, over every chart of the page."""
+    found: dict[str, str] = {}
+    for chart in at.get("plotly_chart"):
+        for trace in json.loads(chart.proto.spec).get("data", []):
+            color = (trace.get("marker") or {}).get("color") or (trace.get("line") or {}).get("color")
+            if trace.get("name") and isinstance(color, str):
+                found.setdefault(trace["name"], color)
+    return found
+
+
+def test_a_tenant_has_one_colour_on_every_page(app: Callable[..., AppTest], config: Config) -> None:
+    charges = _trace_colors(app("finance", "charges"))
+    usage = _trace_colors(app("finance", "usage"))
+    shared = [t.name for t in config.tenants if t.name in charges and t.name in usage]
+    assert shared  # the demo's tenants are drawn on both pages
+    assert {t: charges[t] for t in shared} == {t: usage[t] for t in shared}
+    assert len({charges[t] for t in shared}) == len(shared)  # one colour each

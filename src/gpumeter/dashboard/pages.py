@@ -29,6 +29,16 @@ CATEGORY_COLORS = {
 }
 
 
+BUCKET_COLORS = {UNALLOCATED: "#b0bec5", IDLE: "#cfd8dc"}  # no tenant's: greys, whoever reads
+
+
+def _tenant_colors(ctx: Context) -> dict[str, str]:
+    """One colour per tenant on every page: by its place in the config, the buckets grey."""
+    palette = px.colors.qualitative.Plotly
+    names = [t.name for t in ctx.config.tenants]
+    return {name: palette[i % len(palette)] for i, name in enumerate(names)} | BUCKET_COLORS
+
+
 def _bars(
     frame: pl.DataFrame,
     category: str,
@@ -170,9 +180,11 @@ def charges(ctx: Context) -> None:
                 _floats(per_tenant, "amount"),
                 x="tenant",
                 y="amount",
+                color="tenant",
+                color_discrete_map=_tenant_colors(ctx),
                 title=f"What each tenant owes ({ctx.config.currency})",
                 labels={"amount": ctx.config.currency, "tenant": ""},
-            ),
+            ).update_layout(showlegend=False),
             "charges-bar",
         )
     money = ("complete_days_amount", "provisional_amount", "amount") if so_far else ("amount",)
@@ -189,6 +201,7 @@ def charges(ctx: Context) -> None:
             x="day",
             y="amount",
             color="tenant",
+            color_discrete_map=_tenant_colors(ctx),
             pattern_shape="basis" if so_far else None,
             pattern_shape_map={COMPLETE: "", f"today, {label}": "/"} if so_far else None,
             title=f"Charges per day ({ctx.config.currency})",
@@ -204,8 +217,9 @@ def charges(ctx: Context) -> None:
                 x="period",
                 y="amount",
                 color="tenant",
+                color_discrete_map=_tenant_colors(ctx),
                 labels={"amount": ctx.config.currency, "period": ""},
-            ),
+            ).update_xaxes(type="category"),  # months as months, not instants
             "charges-history",
         )
     table(ctx, history, "monthly_charges", money=("amount",))
@@ -403,6 +417,7 @@ def usage(ctx: Context) -> None:
                 x="day",
                 y="gpu_hours",
                 color="tenant",
+                color_discrete_map=_tenant_colors(ctx),
                 markers=True,
                 title="GPU-hours held per day",
                 labels={"gpu_hours": "GPU-hours", "day": "", "basis": ""},
@@ -419,6 +434,7 @@ def usage(ctx: Context) -> None:
                 x="day",
                 y="efficiency",
                 color="tenant",
+                color_discrete_map=_tenant_colors(ctx),
                 markers=True,
                 title="Efficiency per day (used ÷ held GPU-hours)",
                 labels={"efficiency": "efficiency", "day": "", "basis": ""},
@@ -636,6 +652,7 @@ def idle(ctx: Context) -> None:
             "holder",
             "idle_cost",
             color="tenant",
+            colors=_tenant_colors(ctx),
             horizontal=True,
             title=f"Top allocated-idle cost ({ctx.config.currency})",
             value_title=ctx.config.currency,
