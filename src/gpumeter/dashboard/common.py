@@ -92,6 +92,13 @@ def table(
     shown = display.to_arrow(compat_level=pl.CompatLevel.oldest())
     columns = {c: column_config(c, display.schema[c], c in money) for c in display.columns}
     st.dataframe(shown, hide_index=True, width="stretch", column_config=columns, **kwargs)  # type: ignore[arg-type]
+    totals = [
+        f"{words.column_words(c)} {ctx.money(sum((v for v in frame[c].to_list() if v is not None), Decimal(0)))}"
+        for c in money
+        if c in frame.columns and frame[c].dtype.is_decimal()
+    ]
+    if totals:
+        st.caption(f"**Total** of the rows above: {'; '.join(totals)}")
     download(ctx, frame, name, key=f"dl-{name}")
 
 
