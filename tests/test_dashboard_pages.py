@@ -112,7 +112,8 @@ def test_charges_equal_the_mart(app: Callable[..., AppTest], config: Config) -> 
     assert any("Figures through" in c.value for c in at.caption)
     assert [e.label for e in at.expander] == ["What these words mean"]  # the glossary, in place
     total = usd(sum(invoiced.values(), Decimal(0)))
-    assert any(c.value == f"**Total** of the rows above: Amount {total}" for c in at.caption)  # the table's total
+    # the table's total, under it
+    assert any(c.value == f"**Total** of the rows above: Amount {total}" for c in at.caption)
 
 
 def test_a_tenant_sees_its_own_charges(app: Callable[..., AppTest], config: Config) -> None:
