@@ -48,7 +48,7 @@ FINANCE = {
 }
 TENANT = {
     "": "Usage",
-    "charges": "Charges",
+    "charges": "What you owe",
     "budgets": "Budgets",
     "invoices": "Invoices",
     "idle": "Allocated but idle",
