@@ -76,11 +76,13 @@ def _floats(frame: pl.DataFrame, *columns: str) -> pl.DataFrame:
     return frame.with_columns(pl.col(c).cast(pl.Float64) for c in columns if c in frame.columns)
 
 
-def _glossary() -> None:
-    """What the page's words mean (gpumeter.views.words, also docs/glossary.md)."""
+def _glossary(ctx: Context) -> None:
+    """What the page's words mean (gpumeter.views.words, also docs/glossary.md). A tenant sees no bucket: the
+    pool's idle capacity and unmapped workloads are no tenant's to read about."""
     with st.expander("What these words mean"):
         for term in words.GLOSSARY:
-            st.markdown(f"**{term.words}** (`{term.shown_as}`): {term.meaning}")
+            if ctx.viewer.sees_all_tenants or term.shown_as not in (IDLE, UNALLOCATED):
+                st.markdown(f"**{term.words}** (`{term.shown_as}`): {term.meaning}")
 
 
 def _chart(fig: go.Figure, key: str, daily: bool = False) -> None:
@@ -189,7 +191,7 @@ def charges(ctx: Context) -> None:
         )
     money = ("complete_days_amount", "provisional_amount", "amount") if so_far else ("amount",)
     table(ctx, per_tenant, "month_to_date" if so_far else "tenant_charges", money=money)
-    _glossary()
+    _glossary(ctx)
     daily = (
         _basis(ctx.views.daily_charges_so_far(ctx.viewer, ctx.filters), label)
         if so_far
