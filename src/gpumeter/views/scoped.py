@@ -41,6 +41,7 @@ from gpumeter.billing.invoices import (
     Period,
     csv_text,
     invoiced_by_tenant,
+    line_sums_sql,
     neutralize,
 )
 from gpumeter.billing.periods import metered_days, status_of, stored_lines
@@ -361,13 +362,7 @@ class Views:
     def _invoiced(self, where: _Where, by_period: bool = False) -> pl.DataFrame:
         """The amount each tenant's invoice says over the rows in `where` (gpumeter.billing.invoices.
         invoiced_by_tenant: every line rounded once, then summed), per period with `by_period`."""
-        sql = f"""
-            select strftime(day, '%Y-%m') as period, tenant, sum(amount_units) as units,
-                   max(units_per_currency) as per, sum(amount) as amount
-            from tenant_daily_cost where {where.sql}
-            group by period, tenant, charge_type, gpu_model, mig_profile
-        """
-        lines = self.con.sql(sql, params=where.params).fetchall()
+        lines = self.con.sql(line_sums_sql(where.sql), params=where.params).fetchall()
         groups: dict[tuple[str, str], list[tuple[str, int | None, int | None, Decimal]]] = {}
         for period, tenant, units, per, amount in lines:
             groups.setdefault((period if by_period else "", tenant), []).append((tenant, units, per, amount))

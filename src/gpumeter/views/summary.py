@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from datetime import date
 from decimal import Decimal
 
-from gpumeter.billing.invoices import invoiced_by_tenant
+from gpumeter.billing.invoices import invoiced_by_tenant, line_sums_sql
 from gpumeter.config import IDLE, UNALLOCATED
 from gpumeter.storage.warehouse import Warehouse
 
@@ -70,14 +70,8 @@ def pool_summary(warehouse: Warehouse, first_day: date, last_day: date, minor_un
     # Held and busy GPU-hours come from device_seconds: a tenant_daily_cost line's gpu_seconds is what that
     # line bills (busy hours on `usage` lines, none on `energy`), so summing lines would mix them under the
     # `used` and `hybrid` tariffs. __idle__ holds what no one held: observed minus held (R4, R9).
-    lines = con.execute(
-        """
-        select tenant, sum(amount_units), max(units_per_currency), sum(amount) from tenant_daily_cost
-        where day between ? and ? group by strftime(day, '%Y-%m'), tenant, charge_type, gpu_model, mig_profile
-        """,
-        params,
-    ).fetchall()
-    invoiced = invoiced_by_tenant(lines, minor_unit)
+    lines = con.execute(line_sums_sql("day between ? and ?"), params).fetchall()
+    invoiced = invoiced_by_tenant((line[1:] for line in lines), minor_unit)
     rows = con.execute(
         """
         with charges as (
