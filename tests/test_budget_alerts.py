@@ -8,6 +8,7 @@ and answers as a test scripts it: a status (500, 429 with Retry-After, ...), a s
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import threading
 import time
@@ -668,8 +669,12 @@ def test_the_demo_prints_the_alerts_it_would_send(capsys: pytest.CaptureFixture[
         currency="USD",
         minor_unit=2,
     )
-    render.budget_alerts([alert], sent_to=None)
+    over = dataclasses.replace(alert, threshold=D(1))
+    render.budget_alerts([alert, over], sent_to=None)
     out = " ".join(capsys.readouterr().out.split())
+    assert out.count("research") == 1  # one row per tenant, month and basis: the figures are the same
+    assert "80 %, 100 %" in out
+    assert "2 alerts, one per threshold crossed" in out
     for text in (
         "research",
         "CC-4100",

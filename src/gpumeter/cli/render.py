@@ -210,8 +210,9 @@ def exports(files: Iterable[Path], title: str) -> None:
 
 
 def budget_alerts(alerts: Sequence[BudgetAlert], sent_to: str | None) -> None:
-    """The budget alerts crossed now (gpumeter.billing.alerts), one row each. `sent_to`: the environment
-    variable naming the webhook the budget_alerts sensor sends them to; None when the config has none."""
+    """The budget alerts crossed now (gpumeter.billing.alerts): one row per tenant, month and basis with every
+    threshold it crossed, since the figures are the same for each. `sent_to`: the environment variable naming
+    the webhook the budget_alerts sensor sends them to; None when the config has none."""
     if not alerts:
         console.print(
             "Budget alerts: no budget alert crossed (spend or forecast past a threshold of a budget)"
@@ -223,33 +224,38 @@ def budget_alerts(alerts: Sequence[BudgetAlert], sent_to: str | None) -> None:
         ("cost center", "left"),
         ("month", "left"),
         ("basis", "left"),
-        ("threshold", "right"),
+        ("thresholds crossed", "right"),
         ("amount", "right"),
         ("budget", "right"),
         ("of budget", "right"),
     ):
         table.add_column(column, justify=justify, no_wrap=True)  # type: ignore[arg-type]
+    crossed: dict[tuple[str, str, str], list[BudgetAlert]] = {}
     for alert in alerts:
+        crossed.setdefault((alert.tenant, alert.period, alert.basis), []).append(alert)
+    for same in crossed.values():
+        alert = same[0]
         share = alert.percent_of_budget
         table.add_row(
             escape(alert.tenant),
             escape(alert.cost_center or ""),
             alert.period,
             alert.basis,
-            f"{percent_text(alert.threshold)} %",
+            ", ".join(f"{percent_text(a.threshold)} %" for a in sorted(same, key=lambda a: a.threshold)),
             alert.money(alert.amount),
             alert.money(alert.budget),
             f"{share} %" if share is not None else "over",
         )
     console.print(table)
+    count = f"{len(alerts)} alert{'s' if len(alerts) != 1 else ''}, one per threshold crossed"
     if sent_to is None:
         console.print(
-            "The config has no webhook (`alerts`, docs/config.md): with one, the budget_alerts sensor sends "
-            "each of these once."
+            f"The config has no webhook (`alerts`, docs/config.md): with one, the budget_alerts sensor sends "
+            f"these {count}, each once."
         )
     else:
         console.print(
-            f"The budget_alerts sensor sends each of these once, to the webhook in ${escape(sent_to)}."
+            f"The budget_alerts sensor sends these {count}, each once, to the webhook in ${escape(sent_to)}."
         )
 
 
