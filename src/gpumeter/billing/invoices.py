@@ -130,14 +130,14 @@ def invoiced_by_tenant(
     return dict(totals)
 
 
-def line_sums_sql(where: str) -> str:
-    """SQL summing the tenant_daily_cost rows that match `where` per invoice line (month, tenant, charge type,
-    GPU model, MIG profile): rows of (period, tenant, Σ amount_units, units per currency, Σ amount), whose last
-    four columns are what invoiced_by_tenant takes."""
+def line_sums_sql(where: str, source: str = "tenant_daily_cost") -> str:
+    """SQL summing the tenant_daily_cost rows (or `source`'s, of the same columns) that match `where` per
+    invoice line (month, tenant, charge type, GPU model, MIG profile): rows of (period, tenant, Σ amount_units,
+    units per currency, Σ amount), whose last four columns are what invoiced_by_tenant takes."""
     return f"""
         select strftime(day, '%Y-%m') as period, tenant, sum(amount_units) as units,
                max(units_per_currency) as per, sum(amount) as amount
-        from tenant_daily_cost where {where}
+        from {source} where {where}
         group by period, tenant, charge_type, gpu_model, mig_profile
     """
 

@@ -910,8 +910,9 @@ class Views:
         )
 
     def month_to_date(self, viewer: Viewer, filters: Filters) -> pl.DataFrame:
-        """`tenant_charges` up to now: per tenant, the complete days' amount, the provisional part of today so
-        far (`provisional_amount`, with its `through`) and their sum (`amount`); GPU-hours of both."""
+        """`tenant_charges` up to now: per tenant, the complete days' amount (what the draft invoice says),
+        the provisional part of today so far (`provisional_amount`, its lines rounded as an invoice's, with
+        its `through`) and their sum (`amount`); GPU-hours of both."""
         where = self._where(viewer, filters)
 
         def sql(source: str) -> str:
@@ -921,21 +922,46 @@ class Views:
                        sum(busy_gpu_seconds) / 3600 as used_gpu_hours,
                        case when sum(gpu_seconds) > 0 then sum(busy_gpu_seconds) / sum(gpu_seconds) end
                            as efficiency,
-                       coalesce(sum(amount) filter (where not provisional), 0) as complete_days_amount,
-                       coalesce(sum(amount) filter (where provisional), 0) as provisional_amount,
-                       sum(amount) as amount,
                        max(through) as through
                 from ({source}) where {where.sql}
                 group by tenant
-                order by case tenant when '{UNALLOCATED}' then 1 when '{IDLE}' then 2 else 0 end, amount desc, tenant
             """
 
-        return self._so_far(
-            "month_to_date",
-            viewer,
-            filters,
-            lambda: _polars(self._with_provisional(filters, sql, where.params)),
-        )
+        def provisional_lines(source: str) -> str:
+            return line_sums_sql(f"provisional and {where.sql}", source=f"({source})")
+
+        def read() -> pl.DataFrame:
+            hours = _polars(self._with_provisional(filters, sql, where.params))
+            if hours.is_empty():
+                return hours
+            minor = self._config.minor_unit
+            lines = self._with_provisional(filters, provisional_lines, where.params)
+            rows = lines.to_pylist() if lines is not None else []
+            today = invoiced_by_tenant(
+                ((r["tenant"], r["units"], r["per"], r["amount"]) for r in rows), minor
+            )
+            complete = dict(self._invoiced(where).iter_rows()) if "tenant_daily_cost" in self.tables else {}
+            money = pl.Decimal(38, minor)
+            zero = Decimal(0)
+            amounts = pl.DataFrame(
+                [
+                    (t, complete.get(t, zero), today.get(t, zero), complete.get(t, zero) + today.get(t, zero))
+                    for t in hours["tenant"]
+                ],
+                schema={
+                    "tenant": pl.String,
+                    "complete_days_amount": money,
+                    "provisional_amount": money,
+                    "amount": money,
+                },
+                orient="row",
+            )
+            frame = hours.join(amounts, on="tenant", how="left")
+            order = ["tenant", "cost_center", "gpu_hours", "used_gpu_hours", "efficiency"]
+            frame = frame.select(*order, "complete_days_amount", "provisional_amount", "amount", "through")
+            return self._in_charge_order(frame)
+
+        return self._so_far("month_to_date", viewer, filters, read)
 
     def budgets_so_far(self, viewer: Viewer, filters: Filters) -> list[BudgetStatus]:
         """`budgets` with today's provisional figures counted (gpumeter/billing/budgets.py): their spend is
