@@ -772,6 +772,9 @@ class Config(_Model):
         "(HAMi gpucores, KAI gpu-fraction).",
     )
     idle_policy: Literal["platform", "proportional"] = "platform"
+    focus_version: Literal["1.2", "1.3"] = Field(
+        "1.2", description="The FOCUS version of the FOCUS export: 1.2, or 1.3 with split cost allocation."
+    )
     tariff: Literal["reserved", "used", "hybrid"] = Field(
         "reserved", description="Pay held GPU-time, busy GPU-time, or a mix (docs/tariffs.md)."
     )
@@ -789,6 +792,11 @@ class Config(_Model):
     @classmethod
     def _pool_text(cls, value: object) -> object:
         return _invoice_text(value, "pool")
+
+    @field_validator("focus_version", mode="before")
+    @classmethod
+    def _focus_version_text(cls, value: object) -> object:
+        return str(value) if isinstance(value, float) else value  # YAML reads an unquoted 1.3 as a number
 
     @field_validator("currency")
     @classmethod
