@@ -1,4 +1,4 @@
-"""A FOCUS 1.2 validator for CSV exports, written from the specification's column rules (test helper).
+"""A FOCUS 1.2 and 1.3 validator for CSV exports, written from the specification's column rules (test helper).
 
 It checks what a FOCUS consumer relies on: the mandatory columns are present; every column is either a
 FOCUS 1.2 column or a custom one prefixed `x_`; value formats (decimals, ISO 8601 UTC date-times ending in
@@ -7,8 +7,18 @@ ChargeFrequency, PricingCategory and ServiceCategory; and the cross-column rules
 PricingUnit with PricingQuantity, ConsumedUnit with ConsumedQuantity, periods that end after they start,
 InvoiceId on every line or on none). Returns a list of problems, empty when the file conforms.
 
+FOCUS 1.3 (`version="1.3"`; FOCUS_Spec specification/datasets/cost_and_usage/columns/*.md, the columns
+introduced in 1.3): ServiceProviderName and HostProviderName are mandatory and not null, ProviderName and
+PublisherName are deprecated but still mandatory and not null; the split cost allocation columns:
+AllocatedMethodId set on every charge of a split (MUST NOT be null) and the other Allocated* columns null
+without it (MUST be null when the charge is not related to a split); AllocatedResourceName null exactly when
+AllocatedResourceId is; AllocatedMethodDetails a JSON object whose `Elements` array holds objects with a
+numeric AllocatedRatio, a numeric UsageQuantity only with a UsageUnit string, other keys `x_`-prefixed, and
+whose ratios sum to 1 over the allocated charges of one origin charge (gpumeter's origin key, ORIGIN_KEY);
+AllocatedTags a key-value JSON object (values number, string, boolean or null) repeating no key of Tags.
+
 `run_official_validator` runs the FinOps Foundation's own validator (focus-validator, FOCUS 1.2 rule set,
-offline) from the virtualenv `make focus-validator` builds (.venv-focus, Python 3.12). As a script:
+offline; 2.2.1 bundles no 1.3 rule set) from the virtualenv `make focus-validator` builds (.venv-focus, Python 3.12). As a script:
 `.venv/bin/python tests/focus_validator.py FILE.focus.csv ...` prints its counts and failed rules."""
 
 from __future__ import annotations
@@ -91,6 +101,22 @@ KNOWN = frozenset(
         "Tags",
     )
 )
+# FOCUS 1.3: two mandatory columns more (ProviderName and PublisherName are deprecated, still mandatory).
+MANDATORY_13 = MANDATORY + ("HostProviderName", "ServiceProviderName")
+ALLOCATION_COLUMNS = (
+    "AllocatedMethodDetails",
+    "AllocatedMethodId",
+    "AllocatedResourceId",
+    "AllocatedResourceName",
+    "AllocatedTags",
+)
+KNOWN_13 = KNOWN | frozenset(MANDATORY_13 + ALLOCATION_COLUMNS + ("ContractApplied",))
+NOT_NULL_TEXT = ("ProviderName", "PublisherName")
+NOT_NULL_TEXT_13 = NOT_NULL_TEXT + ("HostProviderName", "ServiceProviderName")
+# The origin charge an allocated charge is part of. FOCUS leaves it to the data generator's documented
+# method; gpumeter's (docs/billing.md): a device class's charge of one type in one charge period.
+ORIGIN_KEY = ("ResourceId", "SkuMeter", "ChargePeriodStart", "ChargePeriodEnd")
+_ELEMENT_KEYS = {"AllocatedRatio", "UsageUnit", "UsageQuantity"}
 DECIMAL_COLUMNS = (
     "BilledCost",
     "EffectiveCost",
@@ -140,18 +166,98 @@ def _decimal(text: str) -> Decimal | None:
         return None
 
 
-def validate_focus_csv(text: str) -> list[str]:
+def _is_number(value: object) -> bool:
+    return isinstance(value, int | float | Decimal) and not isinstance(value, bool)
+
+
+def _json_object(text: str) -> dict | None:
+    try:
+        parsed = json.loads(text, parse_float=Decimal)
+    except ValueError:
+        return None
+    return parsed if isinstance(parsed, dict) else None
+
+
+def _method_details_problems(text: str) -> tuple[list[str], Decimal | None]:
+    """FOCUS 1.3 AllocatedMethodDetails: problems, and the sum of its AllocatedRatio values."""
+    details = _json_object(text)
+    if details is None:
+        return ["AllocatedMethodDetails is not a JSON object"], None
+    elements = details.get("Elements")
+    if not isinstance(elements, list) or not elements:
+        return ["AllocatedMethodDetails has no Elements array"], None
+    problems = [
+        f"AllocatedMethodDetails key {k!r} is neither Elements nor x_-prefixed"
+        for k in details
+        if k != "Elements" and not k.startswith("x_")
+    ]
+    ratio = Decimal(0)
+    for element in elements:
+        if not isinstance(element, dict):
+            problems.append("AllocatedMethodDetails.Elements holds a non-object")
+            continue
+        if not _is_number(element.get("AllocatedRatio")):
+            problems.append("AllocatedMethodDetails element without a numeric AllocatedRatio")
+        else:
+            ratio += Decimal(str(element["AllocatedRatio"]))
+        if "UsageQuantity" in element and not _is_number(element["UsageQuantity"]):
+            problems.append("AllocatedMethodDetails UsageQuantity is not numeric")
+        if "UsageQuantity" in element and not isinstance(element.get("UsageUnit"), str):
+            problems.append("AllocatedMethodDetails UsageQuantity without a UsageUnit")
+        if "UsageUnit" in element and not isinstance(element["UsageUnit"], str):
+            problems.append("AllocatedMethodDetails UsageUnit is not a string")
+        problems += [
+            f"AllocatedMethodDetails element key {k!r} is neither FOCUS-defined nor x_-prefixed"
+            for k in element
+            if k not in _ELEMENT_KEYS and not k.startswith("x_")
+        ]
+    return problems, ratio
+
+
+def _allocation_problems(row: dict[str, str], where: str) -> tuple[list[str], Decimal | None]:
+    """FOCUS 1.3 split cost allocation columns of one row: problems, and the row's AllocatedRatio sum."""
+    problems: list[str] = []
+    if not row.get("AllocatedMethodId"):
+        problems += [
+            f"{where}: {c} is set on a charge of no split cost allocation (AllocatedMethodId null)"
+            for c in ALLOCATION_COLUMNS
+            if row.get(c)
+        ]
+        return problems, None
+    if bool(row.get("AllocatedResourceId")) != bool(row.get("AllocatedResourceName")):
+        problems.append(f"{where}: AllocatedResourceName must be null exactly when AllocatedResourceId is")
+    ratio = None
+    if row.get("AllocatedMethodDetails"):
+        found, ratio = _method_details_problems(row["AllocatedMethodDetails"])
+        problems += [f"{where}: {p}" for p in found]
+    if row.get("AllocatedTags"):
+        tags = _json_object(row["AllocatedTags"])
+        if tags is None or any(isinstance(v, dict | list) for v in tags.values()):
+            problems.append(f"{where}: AllocatedTags is not a key-value JSON object")
+        else:
+            resource_tags = _json_object(row.get("Tags") or "{}") or {}
+            problems += [f"{where}: AllocatedTags repeats Tags key {k!r}" for k in tags if k in resource_tags]
+    return problems, ratio
+
+
+def validate_focus_csv(text: str, version: str = "1.2") -> list[str]:
+    """Problems of a FOCUS `version` ("1.2" or "1.3") CSV; empty when it conforms."""
+    if version not in ("1.2", "1.3"):
+        raise ValueError(f"no FOCUS {version} rules here")
+    mandatory, known = (MANDATORY_13, KNOWN_13) if version == "1.3" else (MANDATORY, KNOWN)
+    not_null_text = NOT_NULL_TEXT_13 if version == "1.3" else NOT_NULL_TEXT
     problems: list[str] = []
     reader = csv.DictReader(io.StringIO(text))
     columns = reader.fieldnames or []
-    problems += [f"mandatory column {c} is missing" for c in MANDATORY if c not in columns]
+    problems += [f"mandatory column {c} is missing" for c in mandatory if c not in columns]
     for column in columns:
         if column.startswith("x_"):
             if not _CUSTOM.match(column):
                 problems.append(f"custom column {column!r} is not x_ + alphanumerics")
-        elif column not in KNOWN or not _COLUMN_ID.match(column):
-            problems.append(f"column {column!r} is neither FOCUS 1.2 nor prefixed x_")
+        elif column not in known or not _COLUMN_ID.match(column):
+            problems.append(f"column {column!r} is neither FOCUS {version} nor prefixed x_")
     rows = list(reader)
+    ratios: dict[tuple[str, ...], Decimal] = {}
     # InvoiceId: null on charges of no issued invoice, set on those of one; a file is one period's lines, all
     # invoiced or none, so a file that mixes them holds neither.
     invoiced = any(row.get("InvoiceId") for row in rows)
@@ -203,6 +309,13 @@ def validate_focus_csv(text: str) -> list[str]:
             problems.append(f"{where}: ConsumedQuantity must be null unless ChargeCategory is Usage")
         if not row.get("ChargeDescription"):
             problems.append(f"{where}: ChargeDescription is empty")
+        problems += [f"{where}: {c} is null" for c in not_null_text if c in row and not row[c]]
+        if version == "1.3":
+            found, ratio = _allocation_problems(row, where)
+            problems += found
+            if ratio is not None:
+                key = tuple(row.get(c, "") for c in ORIGIN_KEY)
+                ratios[key] = ratios.get(key, Decimal(0)) + ratio
         tags = row.get("Tags", "")
         if tags:
             try:
@@ -211,6 +324,11 @@ def validate_focus_csv(text: str) -> list[str]:
                 parsed = None
             if not isinstance(parsed, dict) or not all(isinstance(k, str) for k in parsed):
                 problems.append(f"{where}: Tags is not a JSON object")
+    problems += [
+        f"origin charge {'/'.join(key)}: AllocatedRatio sums to {total}, not 1"
+        for key, total in ratios.items()
+        if total != 1
+    ]
     return problems
 
 
