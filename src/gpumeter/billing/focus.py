@@ -1,4 +1,4 @@
-"""FOCUS 1.2 export of invoice lines (output contract; docs/billing.md has the column mapping).
+"""FOCUS 1.2 (or 1.3) export of invoice lines (output contract; docs/billing.md has the column mapping).
 
 One FOCUS row per invoice line. Costs are the rounded line amounts (R12), so that the FOCUS file sums to
 the invoices; no discounts exist, so Billed = Effective = List = Contracted cost. Adjustment lines (R16)
@@ -9,6 +9,15 @@ not as a unit price × quantity: its unit prices are null, as FOCUS has it for s
 InvoiceId is the tenant's invoice id once the month is closed (its invoices are issued, R16) and null while
 it is a draft: FOCUS 1.2 wants it null on a charge associated neither with an issued invoice nor with a
 pre-generated provisional one, and a draft invoice is a preview whose figures change with every metered day.
+
+FOCUS 1.3 (config `focus_version: "1.3"`) keeps the grain and the costs, and adds ServiceProviderName and
+HostProviderName (ProviderName and PublisherName stay: deprecated in 1.3 but still mandatory) and the split
+cost allocation columns. gpumeter splits what a device class costs among its holders (R6, R9): the origin
+charge is a device class's (ResourceId) charge of one type (SkuMeter) in one charge period, the sum of its
+lines; each line is an allocated charge of it, with its share of the origin in AllocatedMethodDetails. The
+recipient, AllocatedResourceId, is the tenant; a bucket line (`__unallocated__`, or `__idle__`'s energy) is
+the unallocated portion, with AllocatedResourceId null. `idle` lines (no holder, nothing split) and
+adjustments (a difference, not a share) carry no Allocated* value. docs/billing.md has the reading.
 """
 
 from __future__ import annotations
@@ -21,7 +30,8 @@ import pyarrow as pa
 from gpumeter.billing.invoices import ADJUSTMENT, ENERGY, Period, csv_text, iso_utc, neutralize
 from gpumeter.config import IDLE, UNALLOCATED, Config
 
-FOCUS_VERSION = "1.2"
+FOCUS_VERSION = "1.2"  # the default; config `focus_version` picks 1.2 or 1.3
+FOCUS_VERSIONS = ("1.2", "1.3")
 PRICING_UNIT = "GPU-Hours"
 ENERGY_UNIT = "kWh"  # `energy` lines are priced per kWh (R10, R14)
 CONSUMED_UNIT = "Hours"  # hours of the billed device: a whole GPU or one MIG instance
@@ -78,6 +88,23 @@ FOCUS_COLUMNS = (
     "x_AmountUnrounded",
 )
 
+# FOCUS 1.3: the same columns, plus the split cost allocation columns and the two provider columns that
+# replace ProviderName/PublisherName (which 1.3 deprecates but still requires: both stay).
+FOCUS_13_COLUMNS = (
+    "AllocatedMethodDetails",
+    "AllocatedMethodId",
+    "AllocatedResourceId",
+    "AllocatedResourceName",
+    "AllocatedTags",
+    *FOCUS_COLUMNS[: FOCUS_COLUMNS.index("InvoiceId")],
+    "HostProviderName",
+    *FOCUS_COLUMNS[FOCUS_COLUMNS.index("InvoiceId") : FOCUS_COLUMNS.index("ServiceSubcategory")],
+    "ServiceProviderName",
+    *FOCUS_COLUMNS[FOCUS_COLUMNS.index("ServiceSubcategory") :],
+)
+IDLE_CHARGE = "idle"  # the `__idle__` bucket's GPU-time line (R9): charged to nobody, split by no rule
+RATIO_QUANTUM = Decimal("1e-9")  # AllocatedRatio's decimals; the remainder goes to the largest share
+
 # Numeric columns are written as plain decimals; every other cell is text and is neutralized.
 NUMERIC_COLUMNS = frozenset(
     {
@@ -118,11 +145,73 @@ def _sku(row: dict) -> str:
     return "/".join(parts)
 
 
+def focus_columns(version: str) -> tuple[str, ...]:
+    """The columns of a FOCUS file of that version, in file order."""
+    if version not in FOCUS_VERSIONS:
+        raise ValueError(f"FOCUS version {version!r} is not one of {', '.join(FOCUS_VERSIONS)}")
+    return FOCUS_13_COLUMNS if version == "1.3" else FOCUS_COLUMNS
+
+
+def allocation_method(charge: str, config: Config) -> str | None:
+    """AllocatedMethodId of a usage line of that charge type: the rule that split its origin charge, as
+    docs/rules.md names it; None for `idle` (nothing split) and adjustments (a difference, not a share)."""
+    if charge in (ADJUSTMENT, IDLE_CHARGE):
+        return None
+    if charge == "idle_share":
+        return "R9-proportional"  # the idle capacity of a GPU model, pro rata to its holders' charges
+    return f"R6-{config.share}"  # reserved, usage, energy: each device sample split among its holders
+
+
+def _ratios(weights: list[Decimal]) -> list[Decimal]:
+    """Each weight's share of their sum, to RATIO_QUANTUM, summing to exactly 1 (the rounding remainder on
+    the first largest share). All zero: equal shares."""
+    total = sum(weights, Decimal(0))
+    if total == 0:
+        weights, total = [Decimal(1)] * len(weights), Decimal(len(weights))
+    ratios = [(w / total).quantize(RATIO_QUANTUM) for w in weights]
+    largest = max(range(len(ratios)), key=lambda i: ratios[i])
+    ratios[largest] += 1 - sum(ratios, Decimal(0))
+    return ratios
+
+
+def _method_details(ratio: Decimal, unit: str | None, quantity: Decimal | None) -> str:
+    """AllocatedMethodDetails: {"Elements": [{AllocatedRatio, UsageQuantity, UsageUnit}]}, numbers exact."""
+    element = f'"AllocatedRatio":{_number(ratio)}'
+    if unit is not None and quantity is not None:
+        element += f',"UsageQuantity":{_number(quantity)},"UsageUnit":{json.dumps(unit)}'
+    return '{"Elements":[{' + element + "}]}"
+
+
+def _allocate(rows: list[dict[str, object]], charges: list[str]) -> None:
+    """Fill AllocatedMethodDetails: each origin charge (ResourceId, SkuMeter, charge period) is the sum of
+    its lines, and each line's AllocatedRatio is its BilledCost's share of it (by PricingQuantity if the
+    origin cost nothing)."""
+    origins: dict[tuple, list[int]] = {}
+    for i, row in enumerate(rows):
+        if row["AllocatedMethodId"] is not None:
+            key = (row["ResourceId"], row["SkuMeter"], row["ChargePeriodStart"], row["ChargePeriodEnd"])
+            origins.setdefault(key, []).append(i)
+    for members in origins.values():
+        costs = [rows[i]["BilledCost"] for i in members]
+        weights = costs if any(costs) else [rows[i]["PricingQuantity"] for i in members]
+        for i, ratio in zip(members, _ratios(weights), strict=True):
+            row = rows[i]
+            by_quantity = charges[i] != "idle_share"  # idle shares follow charges, not hours (R9)
+            row["AllocatedMethodDetails"] = _method_details(
+                ratio,
+                row["PricingUnit"] if by_quantity else None,
+                row["PricingQuantity"] if by_quantity else None,
+            )
+
+
 def focus_rows(
     lines: pa.Table, config: Config, period: Period, *, closed: bool = False
 ) -> list[dict[str, object]]:
+    """One FOCUS row per line, with the columns of config `focus_version`."""
     minor = config.minor_unit
-    rows = []
+    version = config.focus_version
+    rows: list[dict[str, object]] = []
+    charges: list[str] = []
     for line in lines.to_pylist():
         adjustment = line["charge_type"] == ADJUSTMENT
         charge = line["corrects_charge_type"] if adjustment else line["charge_type"]
@@ -156,8 +245,27 @@ def focus_rows(
             tags["corrects_period"] = line["corrects_period"]
         if line["tenant"] in (IDLE, UNALLOCATED):
             tags["bucket"] = line["tenant"]
+        method = allocation_method(line["charge_type"], config) if version == "1.3" else None
+        # The recipient of an allocated charge is its tenant; a bucket's line is the unallocated portion.
+        recipient = line["tenant"] if method and line["tenant"] not in (IDLE, UNALLOCATED) else None
+        allocated_tags = None
+        if recipient and "cost_center" in tags:  # the tenant's tag, not the shared device's: FOCUS 1.3
+            allocated_tags = {"cost_center": tags.pop("cost_center")}  # wants it in AllocatedTags only
+        charges.append(line["charge_type"])
+        row: dict[str, object] = {
+            "AllocatedMethodDetails": None,  # set by _allocate, once every line of the origin is known
+            "AllocatedMethodId": method,
+            "AllocatedResourceId": recipient,
+            "AllocatedResourceName": recipient,
+            "AllocatedTags": json.dumps(allocated_tags, sort_keys=True, ensure_ascii=False)
+            if allocated_tags
+            else None,
+            "HostProviderName": config.pool,  # FOCUS 1.3: MAY equal ServiceProviderName without visibility
+            "ServiceProviderName": config.pool,  # into the hosting: gpumeter does not know whose hardware
+        }
         rows.append(
-            {
+            row
+            | {
                 "BilledCost": cost,
                 "BillingAccountId": config.pool,
                 "BillingAccountName": config.pool,
@@ -206,7 +314,10 @@ def focus_rows(
                 "x_AmountUnrounded": line["amount_unrounded"],
             }
         )
-    return rows
+    if version == "1.3":
+        _allocate(rows, charges)
+    columns = focus_columns(version)
+    return [{c: row[c] for c in columns} for row in rows]
 
 
 def _cell(column: str, value: object, minor_unit: int) -> str:
@@ -221,11 +332,13 @@ def _cell(column: str, value: object, minor_unit: int) -> str:
 
 
 def focus_csv(lines: pa.Table, config: Config, period: Period, *, closed: bool = False) -> str:
-    """The FOCUS file of a period's lines; `closed`: the period is closed (its invoices issued)."""
+    """The FOCUS file (config `focus_version`) of a period's lines; `closed`: the period is closed (its
+    invoices issued)."""
+    columns = focus_columns(config.focus_version)
     return csv_text(
-        FOCUS_COLUMNS,
+        columns,
         (
-            [_cell(c, row[c], config.minor_unit) for c in FOCUS_COLUMNS]
+            [_cell(c, row[c], config.minor_unit) for c in columns]
             for row in focus_rows(lines, config, period, closed=closed)
         ),
     )
