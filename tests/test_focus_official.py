@@ -8,6 +8,11 @@ and unmapped workloads), the same month closed, and the next month carrying adju
 draft and closed. No rule fails on any of them. The validator reports one branch of InvoiceId's nullability
 (InvoiceId-C-003-C: null when no invoice is issued, C-004-C, or not null when one is, C-005-C) as failed on
 every file, because it checks both branches on every row; the branch not taken is asserted, by status.
+
+FOCUS 1.3 exports (`focus_version: "1.3"`) are not run through it: 2.2.1 bundles the 1.2 rule set only
+(focus_validator/rules/model-1.2.0.1.json) and would fetch another version's from GitHub, which these runs
+block. tests/test_focus_13.py checks them with our own validator; the last test here fails once a pinned
+release bundles a 1.3 rule set, to say the official run should take a 1.3 export too.
 """
 
 from __future__ import annotations
@@ -149,3 +154,10 @@ def test_the_official_validator_finds_no_failed_rule(
     else:
         assert {r["PricingUnit"] for r in rows} == {"GPU-Hours", "kWh"}
         assert any(r["x_MigProfile"] for r in rows) and any(r["x_GpuEfficiency"] for r in rows)
+
+
+def test_the_bundled_rule_sets_are_1_2_only() -> None:
+    """When this fails, the pinned validator bundles another FOCUS version: run it on a 1.3 export."""
+    package = official_package()
+    assert package is not None
+    assert sorted(p.name for p in (package / "rules").glob("model-*.json")) == ["model-1.2.0.1.json"]
