@@ -46,7 +46,7 @@ def write_invoice_csvs(
 
 
 def write_focus(lines: pa.Table, config: Config, period: Period, out_dir: Path, status: Status) -> list[Path]:
-    """The same lines as FOCUS 1.2 (gpumeter.billing.focus); InvoiceId is set once the period is closed."""
+    """The same lines as FOCUS (config focus_version, gpumeter.billing.focus); InvoiceId is set once the period is closed."""
     text = focus_csv(lines, config, period, closed=status.closed)
     return [atomic_write_text(out_dir / paths.focus_csv_name(period), text)]
 

@@ -167,7 +167,7 @@ def build_parser() -> argparse.ArgumentParser:
     inv = sub.add_parser(
         "invoices",
         help="roll a month up (the invoice_month Dagster job) and write its exports: invoice-lines CSVs (all "
-        "tenants and per tenant), the FOCUS 1.2 CSV and one HTML invoice per tenant; a closed month's files "
+        "tenants and per tenant), the FOCUS CSV (1.2, or 1.3 by config) and one HTML invoice per tenant; a closed month's files "
         "are copied as closed",
     )
     inv.add_argument("--config", required=True, help="gpumeter YAML config")

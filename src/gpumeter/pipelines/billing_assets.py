@@ -121,7 +121,7 @@ def invoice_csv(
     deps=["invoice_lines", "invoice_csv"],
     check_specs=[checks.INVOICE_FOCUS_CHECK],
     kinds={"csv"},
-    description="FOCUS 1.2 CSV of the same lines (docs/billing.md: the column mapping).",
+    description="FOCUS CSV of the same lines, 1.2 or 1.3 by config focus_version (docs/billing.md: the mapping).",
 )
 def invoice_focus(
     context: AssetExecutionContext, gpumeter: GpumeterConfigResource

@@ -165,7 +165,7 @@ def invoice_document_name(period: object, tenant: str, suffix: str = ".html") ->
 def export_kind(name: str) -> str:
     """What an export file is, by its name (for listings)."""
     if name.endswith(FOCUS_SUFFIX):
-        return "FOCUS 1.2"
+        return "FOCUS"
     if name.startswith("tenant_invoice_"):
         return f"invoice ({name.rsplit('.', 1)[-1].upper()})"
     return "invoice lines"
