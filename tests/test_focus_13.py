@@ -171,14 +171,14 @@ def test_split_cost_allocation_columns_line_by_line() -> None:
         # 6/9, 2/9, 1/9 of the whole H100s' reserved charge: 0.666666667 + 0.222222222 + 0.111111111 = 1.
         ("ml-training", "reserved", h100): (
             _details('"AllocatedRatio":0.666666667,"UsageQuantity":1.5' + gpu_hours),
-            "R6-equal",
+            "equal-share",
             "ml-training",
             "ml-training",
             cc1,
         ),
         ("serving", "reserved", h100): (
             _details('"AllocatedRatio":0.222222222,"UsageQuantity":0.5' + gpu_hours),
-            "R6-equal",
+            "equal-share",
             "serving",
             "serving",
             cc2,
@@ -186,7 +186,7 @@ def test_split_cost_allocation_columns_line_by_line() -> None:
         # Unmapped workloads: the unallocated portion of the split; no recipient, no recipient's tags.
         ("__unallocated__", "reserved", h100): (
             _details('"AllocatedRatio":0.111111111,"UsageQuantity":0.25' + gpu_hours),
-            "R6-equal",
+            "equal-share",
             "",
             "",
             "",
@@ -194,7 +194,7 @@ def test_split_cost_allocation_columns_line_by_line() -> None:
         # One holder: the whole origin charge.
         ("serving", "reserved", mig): (
             _details('"AllocatedRatio":1,"UsageQuantity":0.428571429' + gpu_hours),
-            "R6-equal",
+            "equal-share",
             "serving",
             "serving",
             cc2,
@@ -203,21 +203,21 @@ def test_split_cost_allocation_columns_line_by_line() -> None:
         # takes the remaining 0.000000001.
         ("ml-training", "reserved", a100): (
             _details('"AllocatedRatio":0.333333334,"UsageQuantity":1' + gpu_hours),
-            "R6-equal",
+            "equal-share",
             "ml-training",
             "ml-training",
             cc1,
         ),
         ("serving", "reserved", a100): (
             _details('"AllocatedRatio":0.333333333,"UsageQuantity":1' + gpu_hours),
-            "R6-equal",
+            "equal-share",
             "serving",
             "serving",
             cc2,
         ),
         ("__unallocated__", "reserved", a100): (
             _details('"AllocatedRatio":0.333333333,"UsageQuantity":1' + gpu_hours),
-            "R6-equal",
+            "equal-share",
             "",
             "",
             "",
@@ -225,14 +225,14 @@ def test_split_cost_allocation_columns_line_by_line() -> None:
         # Energy: 0.36 and 0.12 of 0.48, by the kWh each drew.
         ("ml-training", "energy", h100): (
             _details('"AllocatedRatio":0.75,"UsageQuantity":1.2,"UsageUnit":"kWh"'),
-            "R6-equal",
+            "equal-share",
             "ml-training",
             "ml-training",
             cc1,
         ),
         ("__idle__", "energy", h100): (
             _details('"AllocatedRatio":0.25,"UsageQuantity":0.4,"UsageUnit":"kWh"'),
-            "R6-equal",
+            "equal-share",
             "",
             "",
             "",
@@ -253,7 +253,7 @@ def test_split_cost_allocation_columns_line_by_line() -> None:
 
 def test_the_method_id_names_the_share_rule_in_force() -> None:
     rows = _rows(focus_csv(_lines(), config_13(share="requested"), DEC))
-    assert {r["AllocatedMethodId"] for r in rows} == {"R6-requested", ""}
+    assert {r["AllocatedMethodId"] for r in rows} == {"requested-share", ""}
 
 
 def test_idle_shares_are_split_by_charges_r9() -> None:
@@ -269,8 +269,8 @@ def test_idle_shares_are_split_by_charges_r9() -> None:
     assert [
         (r["SubAccountId"], r["AllocatedMethodId"], r["AllocatedMethodDetails"]) for r in _rows(text)
     ] == [
-        ("ml-training", "R9-proportional", _details('"AllocatedRatio":0.75')),
-        ("serving", "R9-proportional", _details('"AllocatedRatio":0.25')),
+        ("ml-training", "idle-pro-rata", _details('"AllocatedRatio":0.75')),
+        ("serving", "idle-pro-rata", _details('"AllocatedRatio":0.25')),
     ]
 
 
@@ -345,7 +345,7 @@ def test_the_validator_catches_broken_13_files() -> None:
         line[("__unallocated__", "reserved", h100)]["AllocatedResourceName"] = "someone"
         line[("__idle__", "idle", h100)]["AllocatedResourceId"] = "nobody"
         line[("ml-training", "adjustment", h100)].update(
-            AllocatedMethodId="R6-equal",
+            AllocatedMethodId="equal-share",
             AllocatedMethodDetails='{"Elements":[{"AllocatedRatio":1,"UsageQuantity":1}]}',
         )
         line[("ml-training", "energy", h100)]["AllocatedMethodDetails"] = '{"Elements": "all"}'
@@ -367,7 +367,7 @@ def test_the_validator_catches_broken_13_files() -> None:
     # made-up ratio is its own origin (November's), which sums to 1.
     assert len(problems) == 8, problems
     bad_json = _tamper(good, lambda rows: rows[0].update(AllocatedTags="{cost_center: CC-1}"))
-    assert _rows(bad_json)[0]["AllocatedMethodId"] == "R6-equal"  # an allocated charge
+    assert _rows(bad_json)[0]["AllocatedMethodId"] == "equal-share"  # an allocated charge
     assert any(
         "AllocatedTags is not a key-value JSON object" in p for p in validate_focus_csv(bad_json, "1.3")
     )

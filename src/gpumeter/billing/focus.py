@@ -153,13 +153,13 @@ def focus_columns(version: str) -> tuple[str, ...]:
 
 
 def allocation_method(charge: str, config: Config) -> str | None:
-    """AllocatedMethodId of a usage line of that charge type: the rule that split its origin charge, as
-    docs/rules.md names it; None for `idle` (nothing split) and adjustments (a difference, not a share)."""
+    """AllocatedMethodId of a usage line of that charge type: the rule that split its origin charge, in
+    words (docs/billing.md lists them); None for `idle` (nothing split) and adjustments (a difference, not a share)."""
     if charge in (ADJUSTMENT, IDLE_CHARGE):
         return None
     if charge == "idle_share":
-        return "R9-proportional"  # the idle capacity of a GPU model, pro rata to its holders' charges
-    return f"R6-{config.share}"  # reserved, usage, energy: each device sample split among its holders
+        return "idle-pro-rata"  # the idle capacity of a GPU model, pro rata to its holders' charges
+    return f"{config.share}-share"  # reserved, usage, energy: each device sample split among its holders
 
 
 def _ratios(weights: list[Decimal]) -> list[Decimal]:
