@@ -502,10 +502,10 @@ def test_mig_tenant_lines_and_idle_are_exact(metered: Any) -> None:
 def test_mig_stranded_capacity_by_category(metered: Any) -> None:
     """R11 per node, summing to its observed capacity.
     n1 (GPU-A): allocated_active = 28,800 (w1) + 710 × 25.714285714286 (m1) + 350 × 17.142857142857 (m2);
-    unallocated = 240 × 60 (whole, free) + (360 + 710) × 17.142857142857 (the free 2g samples);
+    free = 240 × 60 (whole, free) + (360 + 710) × 17.142857142857 (the free 2g samples);
     mig_unpartitioned = 710 × (60 − 25.714285714286 − 2 × 17.142857142857) = 0: 3 + 2 + 2 slices cover it.
     n2 (GPU-B): allocated_active = (480 + 240) × 8.571428571429 + 959 × 25.714285714286;
-    unallocated = (5 × 480 + 240) × 8.571428571429 + 959 × 25.714285714286;
+    free = (5 × 480 + 240) × 8.571428571429 + 959 × 25.714285714286;
     mig_unpartitioned = 480 × (60 − 7 × 8.571428571429) + 60 (08:00, no instance) + 959 × (60 − 2 ×
     25.714285714286): Δ minus the instances' rounded terms (docs/accounting.md R11), within 10⁻⁸ of the
     exact 60 + 959 × 60/7."""
@@ -513,16 +513,16 @@ def test_mig_stranded_capacity_by_category(metered: Any) -> None:
     n1 = {k: v for k, v in categories(out, "n1").items() if v}
     assert n1 == {
         "allocated_active": D(28800) + 710 * G3 + 350 * G2,
-        "unallocated": 240 * D(60) + (360 + 710) * G2,
+        "free": 240 * D(60) + (360 + 710) * G2,
     }
     assert sum(n1.values(), D(0)) == D(85800)
     n2 = categories(out, "n2")
     assert n2["allocated_active"] == (480 + 240) * G1 + 959 * G3
-    assert n2["unallocated"] == (5 * 480 + 240) * G1 + 959 * G3
+    assert n2["free"] == (5 * 480 + 240) * G1 + 959 * G3
     assert n2["mig_unpartitioned"] == 480 * (60 - 7 * G1) + 60 + 959 * (60 - 2 * G3)
     exact = Fraction(60) + 959 * Fraction(60, 7)
     assert abs(Fraction(n2["mig_unpartitioned"]) - exact) < Fraction(1, 10**8)
-    assert set(n2) == {"allocated_active", "unallocated", "mig_unpartitioned"}
+    assert set(n2) == {"allocated_active", "free", "mig_unpartitioned"}
     assert sum(n2.values(), D(0)) == D(86400)
 
 
@@ -579,7 +579,7 @@ def test_a_deleted_dra_pod_is_billed_only_while_the_latest_scrape_shows_it_runni
     assert (job["holder_source"], job["sample_count"], job["device_seconds"]) == ("dra", 20, D(1200))
     assert (job["gpu_seconds"], job["reserved_cost"], job["tenant"]) == (D(1200), D("1.20"), "team-a")
     assert_exact_books(out, {"team-a": D("1.20")}, D("6.00"))
-    assert categories(out) == {"allocated_active": D(1200), "unallocated": D(100 * 60)}
+    assert categories(out) == {"allocated_active": D(1200), "free": D(100 * 60)}
 
 
 def test_when_kube_state_metrics_is_down_the_lookback_bounds_a_running_pod(metered: Any) -> None:

@@ -387,12 +387,12 @@ def truth(combo: Combo, price: Fraction) -> Truth:
     # GPU-C: 1/7 of it is in no instance, all day long: 960 × 15 / 7 = 2,057.142857… GPU-s, never held.
     unpartitioned = DCGM_SCRAPES * delta * Fraction(1, 7)
     if combo.blind:
-        # Nobody holds anything: pool cost is all __idle__, every device-second free (unallocated) but GPU-C's
-        # unpartitioned seventh. 43,200 − 2,057.142857… = 41,142.857142… GPU-s unallocated.
+        # Nobody holds anything: pool cost is all __idle__, every device-second free but GPU-C's
+        # unpartitioned seventh. 43,200 − 2,057.142857… = 41,142.857142… GPU-s free.
         return Truth(
             charges={IDLE: pool},
             pool_cost=pool,
-            categories={"unallocated": observed - unpartitioned, "mig_unpartitioned": unpartitioned},
+            categories={"free": observed - unpartitioned, "mig_unpartitioned": unpartitioned},
             holders={},
         )
     # ml-training: GPU-A for 720 samples: 720 × 0.015 = 10.80 (OpenCost 8.64). With vgpu copies train-0 and
@@ -406,12 +406,12 @@ def truth(combo: Combo, price: Fraction) -> Truth:
     idle = pool - training - inference
     # R11: GPU-A held and busy 0.80 ≥ 0.05 for 720 × 15 = 10,800 GPU-s: allocated_active. infer-0 busy
     # 0.03 < 0.05: 960 × 15 × 3/7 = 6,171.428571… allocated_idle. Free: GPU-A 240 × 15 = 3,600, GPU-B
-    # 960 × 15 = 14,400, instance 2 6,171.428571…: 24,171.428571… unallocated. mig_unpartitioned
+    # 960 × 15 = 14,400, instance 2 6,171.428571…: 24,171.428571… free. mig_unpartitioned
     # 2,057.142857…. Sum 43,200.
     active = HELD_SCRAPES * delta
     held_idle = DCGM_SCRAPES * delta * mig
-    unallocated = (DCGM_SCRAPES - HELD_SCRAPES) * delta + DCGM_SCRAPES * delta + DCGM_SCRAPES * delta * mig
-    assert active + held_idle + unallocated + unpartitioned == observed == 43_200
+    free = (DCGM_SCRAPES - HELD_SCRAPES) * delta + DCGM_SCRAPES * delta + DCGM_SCRAPES * delta * mig
+    assert active + held_idle + free + unpartitioned == observed == 43_200
     holders = {(INFER.namespace, INFER.pod): held_idle}
     if combo.shared:
         holders |= {(TRAIN.namespace, TRAIN.pod): active / 2, (TRAIN_1.namespace, TRAIN_1.pod): active / 2}
@@ -423,7 +423,7 @@ def truth(combo: Combo, price: Fraction) -> Truth:
         categories={
             "allocated_active": active,
             "allocated_idle": held_idle,
-            "unallocated": unallocated,
+            "free": free,
             "mig_unpartitioned": unpartitioned,
         },
         holders=holders,

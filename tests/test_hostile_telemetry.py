@@ -398,7 +398,7 @@ def test_one_mig_uuid_on_two_nodes_keeps_r11_per_node() -> None:
         gpu_i_profile="3g.40gb",
     )
     out = meter_day(f.build(), make_config(), "c1", f.day)
-    assert set(categories(out)) <= {"unallocated", "mig_unpartitioned"}
+    assert set(categories(out)) <= {"free", "mig_unpartitioned"}
     assert sum(categories(out, "n2").values()) == D(60)
     assert categories(out, "n9") == {}
 

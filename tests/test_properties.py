@@ -117,7 +117,7 @@ def test_categories_sum_to_capacity_r11(spec: simulator.FactorySpec) -> None:
     assert categories <= {
         "allocated_active",
         "allocated_idle",
-        "unallocated",
+        "free",
         "mig_unpartitioned",
         "unschedulable",
         "unhealthy",

@@ -214,7 +214,7 @@ def test_r3_mig_compute_weights_and_unpartitioned_remainder() -> None:
     }
     assert categories(out, "n2") == {
         "allocated_active": 2 * (D("25.714285714286") + D("17.142857142857")),
-        "unallocated": 2 * D("8.571428571429"),  # the free 1g.10gb
+        "free": 2 * D("8.571428571429"),  # the free 1g.10gb
         "mig_unpartitioned": 2 * (D(60) - D("25.714285714286") - D("17.142857142857") - D("8.571428571429")),
     }
     unpartitioned = one(out, "mart_mig_slice_usage", mig_profile="unpartitioned")
@@ -232,7 +232,7 @@ def test_r3_mig_memory_weights() -> None:
     assert (p1["reserved_cost"], p2["reserved_cost"]) == (D("0.07"), D("0.035"))  # 2 × 4.20/60 × 4/8, × 2/8
     assert categories(out, "n2") == {
         "allocated_active": D(90),
-        "unallocated": D(15),  # 2 × 60 × 1/8
+        "free": D(15),  # 2 × 60 × 1/8
         "mig_unpartitioned": D(15),
     }
 
@@ -453,7 +453,7 @@ def test_r5_dra_claim_holds_a_whole_gpu_while_its_pod_is_running() -> None:
     assert (held["device_id"], held["holder_source"], held["tenant"]) == ("GPU-1", "dra", "team-a")
     assert (held["device_seconds"], held["reserved_cost"]) == (D(120), D("0.12"))
     assert rows(out, "mart_device_seconds", pod="p-pending") == []
-    assert categories(out) == {"allocated_active": D(120), "unallocated": D(360)}
+    assert categories(out) == {"allocated_active": D(120), "free": D(360)}
     assert charges(out) == {("team-a", "reserved"): D("0.12"), (IDLE, "idle"): D("0.36")}
 
 
@@ -473,7 +473,7 @@ def test_r5_dra_mig_device_by_parent_uuid_and_profile() -> None:
     assert (held["device_id"], held["mig_profile"], held["holder_source"]) == ("GPU-M/9", "1g.10gb", "dra")
     assert (held["gpu_seconds"], held["reserved_cost"]) == (2 * D("8.571428571429"), D("0.02"))
     assert len(out["mart_device_seconds"]) == 1  # the 3g.40gb instance is free
-    assert categories(out)["unallocated"] == 2 * D("25.714285714286")
+    assert categories(out)["free"] == 2 * D("25.714285714286")
 
 
 def test_r5_pod_labels_on_the_series_win_over_a_claim() -> None:
@@ -657,7 +657,7 @@ def test_r1a_kube_state_metrics_scraped_by_two_jobs_bills_each_sample_once() -> 
         ("team-b", "reserved"): D("0.48"),
         (IDLE, "idle"): D("0.12"),
     }
-    assert categories(out) == {"allocated_active": D(1080), "unallocated": D(120)}
+    assert categories(out) == {"allocated_active": D(1080), "free": D(120)}
     assert pool_cost(out) == D("1.20")
 
 
@@ -687,7 +687,7 @@ def test_r1a_a_kube_state_metrics_restarted_under_a_new_address_ends_the_old_one
     # By hand: Running from before the day until 5 s before sample 5: samples 0-4, 300 s, 0.30.
     assert holder(out, "p-dra")["device_seconds"] == D(300)
     assert charges(out) == {("team-b", "reserved"): D("0.30"), (IDLE, "idle"): D("0.30")}
-    assert categories(out) == {"allocated_active": D(300), "unallocated": D(300)}
+    assert categories(out) == {"allocated_active": D(300), "free": D(300)}
 
 
 def test_r1a_a_restarted_shard_of_kube_state_metrics_ends_only_its_own_samples() -> None:
@@ -732,7 +732,7 @@ def test_r1a_a_kube_state_metrics_rolled_out_with_a_surge_ends_the_old_ones_samp
     # old instance's last sample held for 300 s: all 10 samples).
     assert holder(out, "p-dra")["device_seconds"] == D(300)
     assert charges(out) == {("team-b", "reserved"): D("0.30"), (IDLE, "idle"): D("0.30")}
-    assert categories(out) == {"allocated_active": D(300), "unallocated": D(300)}
+    assert categories(out) == {"allocated_active": D(300), "free": D(300)}
 
 
 def test_r1a_a_pod_deleted_during_a_surge_rollout_of_kube_state_metrics_ends_there() -> None:
@@ -879,11 +879,11 @@ def test_r4_a_node_added_and_a_node_removed_during_the_day_are_expected_only_whi
     # n3: held until 15:00, free and schedulable for an hour, free on a cordoned node until it is removed.
     assert categories(out, "n3") == {
         "allocated_active": D(54_000),
-        "unallocated": D(3_600),
+        "free": D(3_600),
         "unschedulable": D(7_200),
     }
     assert categories(out, "n2") == {"allocated_idle": D(50_400)}
-    assert categories(out, "n1") == {"unallocated": D(86_400)}
+    assert categories(out, "n1") == {"free": D(86_400)}
 
 
 # --- R9: idle --------------------------------------------------------------------------------
@@ -1065,9 +1065,9 @@ def test_r11_allocated_active_and_idle_by_threshold() -> None:
     assert categories(out) == {"allocated_idle": D(240)}
 
 
-def test_r11_free_gpus_unallocated_or_unschedulable() -> None:
+def test_r11_free_gpus_are_free_or_unschedulable() -> None:
     """R11: a free GPU is unschedulable on a cordoned node, a NotReady node, or one whose CPU requests leave less
-    than min_free_cpu_cores (1.0); else unallocated. A held GPU on a cordoned node stays allocated."""
+    than min_free_cpu_cores (1.0); else free. A held GPU on a cordoned node stays allocated."""
     f = factory()
     nodes = {
         "n-ok": dict(allocatable_cpu=32, requested_cpu=4),
@@ -1083,7 +1083,7 @@ def test_r11_free_gpus_unallocated_or_unschedulable() -> None:
     f.gpu("n-cordoned", "GPU-held", H100, index="1")
     f.samples("GPU-held", range(2), util=50, pod=P1)
     out = meter(f)
-    assert categories(out, "n-ok") == {"unallocated": D(120)}
+    assert categories(out, "n-ok") == {"free": D(120)}
     assert categories(out, "n-cordoned") == {"unschedulable": D(120), "allocated_active": D(120)}
     assert categories(out, "n-notready") == {"unschedulable": D(120)}
     assert categories(out, "n-full") == {"unschedulable": D(120)}
@@ -1100,9 +1100,9 @@ def test_r11_a_node_reported_by_two_kube_state_metrics_targets_is_unschedulable_
         f.node_state("n1", k, cordoned=3 <= k <= 7, offset_ms=-13_000, target="ksm-2/10.0.0.1:8080")
     out = meter(f)
     # By hand: A's cordon holds from 20 s before scrape 0 until A's scrape 5 (20 s before sample 5), B's from
-    # 13 s before sample 3 until 13 s before sample 8: samples 0-7 are unschedulable, 8 and 9 unallocated.
+    # 13 s before sample 3 until 13 s before sample 8: samples 0-7 are unschedulable, 8 and 9 free.
     # 10 samples × 60 s at 3.60 an hour: 0.60 of pool cost.
-    assert categories(out, "n1") == {"unschedulable": D(480), "unallocated": D(120)}
+    assert categories(out, "n1") == {"unschedulable": D(480), "free": D(120)}
     pool = one(out, "mart_pool_daily_cost", node="n1")
     assert (pool["gpu_samples"], pool["pool_cost"]) == (10, D("0.60"))
 
@@ -1120,8 +1120,8 @@ def test_r11_a_node_uncordoned_during_a_surge_rollout_of_kube_state_metrics_is_f
     for k in range(4, 10):
         f.node_state("n1", k, cordoned=k == 4, offset_ms=-5_000, target="ksm/10.0.0.2:8080")
     out = meter(f)
-    # By hand: cordoned until 5 s before sample 5: samples 0-4 unschedulable (300 s), 5-9 unallocated (300 s).
-    assert categories(out, "n1") == {"unschedulable": D(300), "unallocated": D(300)}
+    # By hand: cordoned until 5 s before sample 5: samples 0-4 unschedulable (300 s), 5-9 free (300 s).
+    assert categories(out, "n1") == {"unschedulable": D(300), "free": D(300)}
 
 
 def test_r11_a_pod_request_reported_by_two_kube_state_metrics_targets_is_requested_once() -> None:
@@ -1134,7 +1134,7 @@ def test_r11_a_pod_request_reported_by_two_kube_state_metrics_targets_is_request
         for target, offset_ms in (KSM_A, KSM_B):
             f.node_state("n1", k, allocatable_cpu=8, requested_cpu=6, offset_ms=offset_ms, target=target)
     out = meter(f)
-    assert categories(out, "n1") == {"unallocated": D(240)}
+    assert categories(out, "n1") == {"free": D(240)}
 
 
 def test_r11_xid_makes_a_gpu_unhealthy_held_or_free() -> None:
@@ -1151,7 +1151,7 @@ def test_r11_xid_makes_a_gpu_unhealthy_held_or_free() -> None:
     assert holder(out, "p1", device_id="GPU-1")["reserved_cost"] == D("0.12")  # still charged to its holder
     assert categories(out, "n2") == {
         "allocated_active": D("25.714285714286") + D("17.142857142857"),
-        "unallocated": D("8.571428571429"),
+        "free": D("8.571428571429"),
         "mig_unpartitioned": D(60) - D("25.714285714286") - D("17.142857142857") - D("8.571428571429"),
         "unhealthy": D(60),
     }

@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import csv
 import io
+import shutil
 from datetime import UTC, date
 from decimal import Decimal
 from pathlib import Path
 
 import polars as pl
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -200,6 +202,32 @@ def test_stranded_capacity_and_data_quality_equal_the_marts(views: Views, config
     for column in reported:
         if quality[column].dtype.is_numeric():
             assert float(dq[column].sum()) == pytest.approx(float(quality[column].sum())), column
+
+
+def test_a_stored_unallocated_category_reads_as_free(config: Config, tmp_path: Path) -> None:
+    """R11's `free` was named `unallocated` before: a day stored then (or a frozen closed month) still says so,
+    and every reader shows it as free, one figure with the days stored since."""
+    copy = tmp_path / "warehouse"
+    shutil.copytree(Warehouse.at(config.warehouse.path).root, copy)
+    old_day = sorted((copy / MARTS / "stranded_capacity").glob("cluster=*/day=2026-11-01/data.parquet"))
+    assert old_day
+    for path in old_day:  # day 1 as an older gpumeter stored it; day 2 as it is stored now
+        rows = pq.read_table(path)
+        renamed = [("unallocated" if c == "free" else c) for c in rows.column("category").to_pylist()]
+        assert "unallocated" in renamed
+        pq.write_table(
+            rows.set_column(rows.schema.get_field_index("category"), "category", pa.array(renamed)), path
+        )
+    stored_free = float(
+        mart(config, "stranded_capacity").filter(pl.col("category") == "free")["gpu_seconds"].sum()
+    )
+
+    got = Views(Warehouse.at(copy), config).stranded_capacity(Viewer("ops"), Filters(NOVEMBER))
+    assert "unallocated" not in got["category"].to_list()
+    assert got.filter(pl.col("category") == "free")["gpu_hours"].sum() == pytest.approx(stored_free / 3600)
+    summary = pool_summary(Warehouse.at(copy), DAYS[0], DAYS[-1], config.minor_unit)
+    assert "unallocated" not in summary.capacity_hours
+    assert summary.capacity_hours["free"] == pytest.approx(stored_free / 3600)
 
 
 def test_the_mig_layout_over_several_days_is_slices_of_seven(views: Views, config: Config) -> None:

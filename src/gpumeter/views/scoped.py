@@ -53,6 +53,7 @@ from gpumeter.storage.provisional import THROUGH
 from gpumeter.storage.warehouse import Warehouse
 from gpumeter.views.cache import READS, SESSIONS, ReadCache, files_version, stored_tables
 from gpumeter.views.rightsizing import Advice, advise, holder_peaks
+from gpumeter.views.summary import CATEGORY_SQL
 
 Role = Literal["finance", "ops", "tenant"]
 ROLES: tuple[Role, ...] = ("finance", "ops", "tenant")
@@ -619,7 +620,7 @@ class Views:
         self._require_all(viewer, "stranded capacity")
         where = self._pool_where(filters)
         sql = f"""
-            select cluster, node, category, bool_or(is_stranded) as is_stranded,
+            select cluster, node, {CATEGORY_SQL} as category, bool_or(is_stranded) as is_stranded,
                    sum(gpu_seconds) / 3600 as gpu_hours
             from stranded_capacity where {where.sql}
             group by all order by cluster, node, category

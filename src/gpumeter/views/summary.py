@@ -13,11 +13,14 @@ from gpumeter.storage.warehouse import Warehouse
 CATEGORIES = (
     "allocated_active",
     "allocated_idle",
-    "unallocated",
+    "free",
     "mig_unpartitioned",
     "unschedulable",
     "unhealthy",
 )
+# A stored R11 category as it reads today: marts metered before `free` was named so (and closed months, which
+# are frozen) say 'unallocated'. Every reader of stranded_capacity.category selects this, never the column.
+CATEGORY_SQL = "case category when 'unallocated' then 'free' else category end"
 
 
 @dataclass(frozen=True)
@@ -93,7 +96,8 @@ def pool_summary(warehouse: Warehouse, first_day: date, last_day: date, minor_un
     ).fetchall()
     categories = dict(
         con.execute(
-            "select category, sum(gpu_seconds) / 3600 from stranded_capacity where day between ? and ? group by 1",
+            f"select {CATEGORY_SQL}, sum(gpu_seconds) / 3600 from stranded_capacity where day between ? and ? "
+            "group by 1",
             params,
         ).fetchall()
     )

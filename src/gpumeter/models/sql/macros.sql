@@ -59,7 +59,7 @@ create or replace macro capacity_category(unhealthy, is_held, busy, unschedulabl
         when is_held and coalesce(busy, 0) >= getvariable('idle_threshold') then 'allocated_active'
         when is_held then 'allocated_idle'
         when unschedulable then 'unschedulable'
-        else 'unallocated'
+        else 'free'
     end;
 
 -- R1a: the scrape target of a kube sample. A source that does not name it (`target` null) leaves it to the

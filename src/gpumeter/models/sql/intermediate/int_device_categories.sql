@@ -1,5 +1,5 @@
 -- One row per observed device sample: its R11 category (unhealthy, allocated_active, allocated_idle,
--- unschedulable or unallocated) and its GPU-equivalent seconds, with names, for audits and the dashboard
+-- unschedulable or free) and its GPU-equivalent seconds, with names, for audits and the dashboard
 -- (stored under warehouse.persist_models: all; the marts compute the category from the keyed models).
 with devices as (
     select device_key, ts_ms, node_key, model_key, profile_key, busy, unhealthy, unschedulable, labelled
