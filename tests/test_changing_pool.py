@@ -503,23 +503,26 @@ def test_mig_stranded_capacity_by_category(metered: Any) -> None:
     """R11 per node, summing to its observed capacity.
     n1 (GPU-A): allocated_active = 28,800 (w1) + 710 × 25.714285714286 (m1) + 350 × 17.142857142857 (m2);
     free = 240 × 60 (whole, free) + (360 + 710) × 17.142857142857 (the free 2g samples);
-    mig_unpartitioned = 710 × (60 − 25.714285714286 − 2 × 17.142857142857) = 0: 3 + 2 + 2 slices cover it.
-    n2 (GPU-B): allocated_active = (480 + 240) × 8.571428571429 + 959 × 25.714285714286;
-    free = (5 × 480 + 240) × 8.571428571429 + 959 × 25.714285714286;
-    mig_unpartitioned = 480 × (60 − 7 × 8.571428571429) + 60 (08:00, no instance) + 959 × (60 − 2 ×
-    25.714285714286): Δ minus the instances' rounded terms (docs/accounting.md R11), within 10⁻⁸ of the
-    exact 60 + 959 × 60/7."""
+    no mig_unpartitioned: 3 + 2 + 2 slices cover it.
+    n2 (GPU-B): mig_unpartitioned from whole slices (docs/accounting.md R11): 7 × 1g cover it (0), 60 (08:00, no
+    instance), 959 × 60 × 1/7 = 959 × 8.571428571429, within 10⁻⁸ of the exact 60 + 959 × 60/7. What the
+    instances' rounded terms leave of Δ beside it goes to the first instance: 60 − 7 × 8.571428571429 =
+    −3 × 10⁻¹² a sample to id 10 (free; ids sort as text) in the morning, 60 − 8.571428571429 − 2 ×
+    25.714285714286 = −10⁻¹² a sample to b3's id 1 (active) after 08:00:
+    allocated_active = (480 + 240) × 8.571428571429 + 959 × (25.714285714286 − 10⁻¹²);
+    free = (5 × 480 + 240) × 8.571428571429 − 480 × 3 × 10⁻¹² + 959 × 25.714285714286."""
     out = metered("mig")
-    n1 = {k: v for k, v in categories(out, "n1").items() if v}
+    n1 = categories(out, "n1")  # no mig_unpartitioned row at all, not even a 0
     assert n1 == {
         "allocated_active": D(28800) + 710 * G3 + 350 * G2,
         "free": 240 * D(60) + (360 + 710) * G2,
     }
     assert sum(n1.values(), D(0)) == D(85800)
     n2 = categories(out, "n2")
-    assert n2["allocated_active"] == (480 + 240) * G1 + 959 * G3
-    assert n2["free"] == (5 * 480 + 240) * G1 + 959 * G3
-    assert n2["mig_unpartitioned"] == 480 * (60 - 7 * G1) + 60 + 959 * (60 - 2 * G3)
+    residue = D("1E-12")
+    assert n2["allocated_active"] == (480 + 240) * G1 + 959 * (G3 - residue)
+    assert n2["free"] == (5 * 480 + 240) * G1 - 480 * 3 * residue + 959 * G3
+    assert n2["mig_unpartitioned"] == 60 + 959 * G1
     exact = Fraction(60) + 959 * Fraction(60, 7)
     assert abs(Fraction(n2["mig_unpartitioned"]) - exact) < Fraction(1, 10**8)
     assert set(n2) == {"allocated_active", "free", "mig_unpartitioned"}

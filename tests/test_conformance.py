@@ -476,7 +476,8 @@ def got_holders(out: dict[str, pa.Table]) -> dict[tuple[str, str], Fraction]:
 
 def close(a: Fraction, b: Fraction) -> bool:
     """GPU-seconds (not money) to within a microsecond: they are stored as DECIMAL(38, 12), and GPU-C's
-    sevenths are rounded per sample (mig_unpartitioned comes out 2,057.142857143680 for 2,057.142857142857…)."""
+    sevenths are rounded per sample (mig_unpartitioned, 960 × 2.142857142857 = 2,057.142857142720 for
+    2,057.142857142857…)."""
     return abs(a - b) < Fraction(1, 10**6)
 
 

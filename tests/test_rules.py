@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections import defaultdict
 from datetime import date, timedelta
 from decimal import Decimal
+from fractions import Fraction
 from typing import Any
 
 import pyarrow as pa
@@ -212,10 +213,13 @@ def test_r3_mig_compute_weights_and_unpartitioned_remainder() -> None:
         ("team-b", "reserved"): D("0.04"),
         (IDLE, "idle"): D("0.04"),  # the free 1g + the unpartitioned 1/7
     }
+    # R4: the uncovered 1/7 from whole 56ths, 60 × 8/56 = 8.571428571428|57… → 8.571428571429 a sample, as
+    # much as the free 1g. The instances' rounded terms leave 60 − 8.571428571429 − (25.714285714286 +
+    # 17.142857142857 + 8.571428571429) = −0.000000000001 a sample, counted with the first instance (p1's).
     assert categories(out, "n2") == {
-        "allocated_active": 2 * (D("25.714285714286") + D("17.142857142857")),
+        "allocated_active": 2 * (D("25.714285714286") + D("17.142857142857") - D("0.000000000001")),
         "free": 2 * D("8.571428571429"),  # the free 1g.10gb
-        "mig_unpartitioned": 2 * (D(60) - D("25.714285714286") - D("17.142857142857") - D("8.571428571429")),
+        "mig_unpartitioned": 2 * D("8.571428571429"),
     }
     unpartitioned = one(out, "mart_mig_slice_usage", mig_profile="unpartitioned")
     assert unpartitioned["unpartitioned_slice_seconds"] == 2 * 60  # one of 7 slices, 2 samples
@@ -237,6 +241,54 @@ def test_r3_mig_memory_weights() -> None:
     }
 
 
+def twelve_places(exact: Fraction) -> Decimal:
+    """An exact value rounded half up to 12 places, as R1 rounds each per-sample term."""
+    scaled = exact * 10**12
+    return Decimal(int(scaled + Fraction(1, 2)) if scaled >= 0 else -int(-scaled + Fraction(1, 2))) / 10**12
+
+
+@pytest.mark.parametrize("delta", [15, 30, 60])
+def test_r4_unpartitioned_mig_capacity_is_whole_slices_exactly(delta: int) -> None:
+    """R4/R11: the part of a MIG GPU no instance covers is counted in whole slices, (7 − Σ slices) × Δ / 7 at a
+    sample. GPU-F, 3g + 2g + 2g, covers 7 of 7: no mig_unpartitioned at all, even where Δ × 3/7 + 2 × Δ × 2/7,
+    each rounded to 12 places, is not Δ (Δ = 30: 12.857142857143 + 2 × 8.571428571429 = 30.000000000001;
+    Δ = 15: 6.428571428571 + 2 × 4.285714285714 = 14.999999999999). GPU-P, 3g + 2g, leaves 2 of 7: Δ × 2/7 a
+    sample. Each GPU's categories add up to Δ a sample, exactly."""
+    f = FactoryBuilder("c1", DAY, scrape_s=delta)
+    f.gpu("n1", "GPU-F", A100).gpu("n2", "GPU-P", A100)
+    f.samples("GPU-F", range(3), gr=0.5, gpu_i_id="1", profile="3g.40gb", pod=P1)
+    f.samples("GPU-F", range(3), gr=0.5, gpu_i_id="2", profile="2g.20gb", pod=P2)
+    f.samples("GPU-F", range(3), gr=0.0, gpu_i_id="3", profile="2g.20gb")
+    f.samples("GPU-P", range(3), gr=0.5, gpu_i_id="1", profile="3g.40gb", pod=("ns-a", "p3", "main"))
+    f.samples("GPU-P", range(3), gr=0.0, gpu_i_id="2", profile="2g.20gb")
+    out = meter(f, make_config(scrape_interval_seconds=delta))
+
+    whole = 3 * Decimal(delta)  # 3 samples of one GPU
+    full, partial = categories(out, "n1"), categories(out, "n2")
+    assert set(full) == {"allocated_active", "free"}  # no mig_unpartitioned row, not even a 0 or −0.0
+    assert sum(full.values(), D(0)) == whole
+    assert sum(partial.values(), D(0)) == whole
+    # By hand, exactly: 3 samples × Δ × 2/7 (60/7 = 8.571428571428|57… at Δ = 30, 120/7 = 17.142857142857|14…
+    # at Δ = 60, 30/7 = 4.285714285714|29… at Δ = 15), rounded to 12 places a sample.
+    assert partial["mig_unpartitioned"] == 3 * twelve_places(Fraction(2 * delta, 7))
+    if delta == 30:
+        assert partial["mig_unpartitioned"] == 3 * D("8.571428571429")
+    # The held and free parts are each within 10⁻¹² s a sample of their exact share of the GPU.
+    exact = {
+        "n1": {"allocated_active": Fraction(5 * delta, 7), "free": Fraction(2 * delta, 7)},
+        "n2": {"allocated_active": Fraction(3 * delta, 7), "free": Fraction(2 * delta, 7)},
+    }
+    for node, parts in (("n1", full), ("n2", partial)):
+        for category, share in exact[node].items():
+            assert abs(Fraction(parts[category]) - 3 * share) <= Fraction(3, 10**12), (node, category)
+    assert (
+        one(out, "mart_mig_slice_usage", uuid="GPU-F", mig_profile="unpartitioned")[
+            "unpartitioned_slice_seconds"
+        ]
+        == 0
+    )
+
+
 def test_r3_unknown_parseable_profile_weighs_n_over_7_with_a_warning() -> None:
     """R3: `7g.79gb` is in no catalog but parses as <N>g.<M>gb: it weighs 7/7 = 1, with a warning."""
     f = factory().gpu("n2", "GPU-M", A100)
@@ -245,7 +297,7 @@ def test_r3_unknown_parseable_profile_weighs_n_over_7_with_a_warning() -> None:
         out = meter(f)
     p1 = holder(out, "p1")
     assert (p1["weight"], p1["gpu_seconds"], p1["reserved_cost"]) == (1.0, D(120), D("0.14"))
-    assert categories(out, "n2") == {"allocated_active": D(120), "mig_unpartitioned": D(0)}
+    assert categories(out, "n2") == {"allocated_active": D(120)}  # 7 of 7 slices: nothing unpartitioned
 
 
 def test_r3_unknown_profile_weighs_n_over_7_under_memory_weight_too() -> None:
@@ -344,7 +396,7 @@ def test_r4_gpu_level_series_of_a_mig_gpu_is_not_a_device() -> None:
     assert pool_cost(out) == D("0.21")
     assert categories(out, "n2") == {
         "allocated_active": 2 * D("25.714285714286"),
-        "mig_unpartitioned": 2 * (D(60) - D("25.714285714286")) + D(60),
+        "mig_unpartitioned": 2 * D("34.285714285714") + D(60),  # 60 × 4/7 = 34.285714285714|29… a sample
     }
     assert charges(out) == {("team-a", "reserved"): D("0.06"), (IDLE, "idle"): D("0.15")}
 
@@ -473,7 +525,10 @@ def test_r5_dra_mig_device_by_parent_uuid_and_profile() -> None:
     assert (held["device_id"], held["mig_profile"], held["holder_source"]) == ("GPU-M/9", "1g.10gb", "dra")
     assert (held["gpu_seconds"], held["reserved_cost"]) == (2 * D("8.571428571429"), D("0.02"))
     assert len(out["mart_device_seconds"]) == 1  # the 3g.40gb instance is free
-    assert categories(out)["free"] == 2 * D("25.714285714286")
+    # The 3g.40gb (id 7, the first instance) takes the residue of 60 − 60 × 3/7 (uncovered, 25.714285714286) −
+    # (25.714285714286 + 8.571428571429) = −0.000000000001 a sample.
+    assert categories(out)["free"] == 2 * (D("25.714285714286") - D("0.000000000001"))
+    assert categories(out)["mig_unpartitioned"] == 2 * D("25.714285714286")
 
 
 def test_r5_pod_labels_on_the_series_win_over_a_claim() -> None:
@@ -1150,9 +1205,10 @@ def test_r11_xid_makes_a_gpu_unhealthy_held_or_free() -> None:
     assert categories(out, "n1") == {"allocated_active": D(60), "unhealthy": D(120)}
     assert holder(out, "p1", device_id="GPU-1")["reserved_cost"] == D("0.12")  # still charged to its holder
     assert categories(out, "n2") == {
-        "allocated_active": D("25.714285714286") + D("17.142857142857"),
+        # As in test_r3_mig_compute_weights_and_unpartitioned_remainder, at the healthy sample.
+        "allocated_active": D("25.714285714286") + D("17.142857142857") - D("0.000000000001"),
         "free": D("8.571428571429"),
-        "mig_unpartitioned": D(60) - D("25.714285714286") - D("17.142857142857") - D("8.571428571429"),
+        "mig_unpartitioned": D("8.571428571429"),
         "unhealthy": D(60),
     }
 
@@ -1171,7 +1227,10 @@ def test_r11_categories_sum_to_capacity_exactly_on_a_mixed_pool() -> None:
         f.node_state("n-cordoned", i, cordoned=True)
     out = meter(f)  # meter() asserts Σ categories == observed and Σ charges == pool cost
     parts = categories(out)
-    assert parts["allocated_active"] == D(180) + 2 * (D("25.714285714286") + D("17.142857142857"))
+    # p1's 3g.40gb takes the MIG GPU's rounding residue, as in test_r3_mig_compute_weights_and_unpartitioned_remainder.
+    assert parts["allocated_active"] == D(180) + 2 * (
+        D("25.714285714286") + D("17.142857142857") - D("1E-12")
+    )
     assert (parts["allocated_idle"], parts["unhealthy"], parts["unschedulable"]) == (D(180), D(180), D(180))
     assert sum(parts.values(), D(0)) == D(840)  # 12 H100 samples + 2 A100 samples
     assert pool_cost(out) == D("0.86")  # 12 × 0.06 + 2 × 0.07

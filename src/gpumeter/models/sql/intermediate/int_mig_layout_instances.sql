@@ -12,6 +12,7 @@ select
     min(c.gpu_model) as gpu_model,
     min(c.compute_slices) as compute_slices,
     min(d.weight) as weight,
+    min(c.weight_units) as weight_units,
     count(*) * getvariable('scrape_s') as observed_seconds,
     sum(sample_seconds(c.compute_slices)) filter (where d.labelled or h.device_key is not null) as held_slice_seconds,
     sum(sample_seconds(c.compute_slices, coalesce(d.busy, 0))) as busy_slice_seconds,

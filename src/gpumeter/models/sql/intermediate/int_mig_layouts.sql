@@ -8,7 +8,13 @@ select
     -- R3, R11: Δ × each instance's weight as DECIMAL before the sum (exact).
     sum(sample_seconds(weight)) as instance_gpu_seconds,
     -- The weights' plain sum rounded to 9 places, which the over-booking check reads.
-    round(sum(weight), 9) as weight_sum
+    round(sum(weight), 9) as weight_sum,
+    -- R4, R11: the weights in whole 56ths of the GPU (exact), and the instance that takes the rounding residue.
+    sum(weight_units) as weight_units,
+    min(device_key) as first_device_key
 -- A layout is one class per instance; its instances on two nodes (one UUID on two nodes) count once.
-from (select distinct gpu_key, mig_layout_key, device_key, compute_slices, weight from int_mig_layout_instances)
+from (
+    select distinct gpu_key, mig_layout_key, device_key, compute_slices, weight, weight_units
+    from int_mig_layout_instances
+)
 group by gpu_key, mig_layout_key
