@@ -357,7 +357,8 @@ def test_a_closed_invoice_is_issued_the_day_its_month_closed_and_due_after_the_t
 
 
 def test_charge_types_are_printed_in_words_and_gpu_equivalent_hours_are_explained() -> None:
-    from gpumeter.billing.documents import CHARGE_WORDS, render_invoice
+    from gpumeter.billing.documents import render_invoice
+    from gpumeter.billing.invoices import CHARGE_WORDS
 
     assert CHARGE_WORDS["reserved"] == "GPU time reserved" and CHARGE_WORDS["usage"] == "GPU time used"
     assert CHARGE_WORDS["idle"] == "Idle capacity" and CHARGE_WORDS["energy"] == "Energy"

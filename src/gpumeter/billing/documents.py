@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
 
-from gpumeter.billing.invoices import ADJUSTMENT, ENERGY, Period, invoice_id, tenant_lines
+from gpumeter.billing.invoices import ADJUSTMENT, ENERGY, Period, charge_words, invoice_id, tenant_lines
 from gpumeter.billing.status import data_through, day_words
 from gpumeter.config import Config
 
@@ -32,23 +32,6 @@ _ENV = Environment(
     undefined=StrictUndefined,
     keep_trailing_newline=True,
 )
-
-
-# The charge types of invoice lines, in the words an invoice prints them in: one mapping, used for a line's
-# own type and for the type an adjustment corrects. A type not listed (none today) is printed as it is stored.
-CHARGE_WORDS = {
-    "reserved": "GPU time reserved",
-    "usage": "GPU time used",
-    "idle": "Idle capacity",
-    "idle_share": "Share of idle capacity",
-    "energy": "Energy",
-    ADJUSTMENT: "Correction to a closed month",
-}
-
-
-def charge_words(charge_type: str | None) -> str:
-    """A charge type as the invoice says it: `reserved` is "GPU time reserved"."""
-    return CHARGE_WORDS.get(charge_type or "", charge_type or "")
 
 
 def issue_and_due(status: Status, payment_terms_days: int) -> tuple[date, date] | None:

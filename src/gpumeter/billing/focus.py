@@ -27,7 +27,7 @@ from decimal import Decimal
 
 import pyarrow as pa
 
-from gpumeter.billing.invoices import ADJUSTMENT, ENERGY, Period, csv_text, iso_utc, neutralize
+from gpumeter.billing.invoices import ADJUSTMENT, ENERGY, Period, charge_words, csv_text, iso_utc, neutralize
 from gpumeter.config import IDLE, UNALLOCATED, Config
 
 FOCUS_VERSION = "1.2"  # the default; config `focus_version` picks 1.2 or 1.3
@@ -121,14 +121,6 @@ NUMERIC_COLUMNS = frozenset(
     }
 )
 
-_CHARGE_WORDS = {
-    "reserved": "reserved GPU time",
-    "usage": "busy GPU time",
-    "idle_share": "share of idle pool capacity",
-    "idle": "idle pool capacity",
-    "energy": "energy",
-}
-
 
 def _number(value: Decimal) -> str:
     return format(value.normalize(), "f") if value else "0"
@@ -217,8 +209,8 @@ def focus_rows(
         charge = line["corrects_charge_type"] if adjustment else line["charge_type"]
         charge_period = Period.parse(line["corrects_period"]) if adjustment else period
         cost = line["amount"].quantize(Decimal(1).scaleb(-minor))
-        what = f"{_CHARGE_WORDS.get(charge, charge)}, {_device(line)}"
-        description = f"Correction of {line['corrects_period']}: {what}" if adjustment else what.capitalize()
+        what = f"{charge_words(charge)}, {_device(line)}"
+        description = f"Correction of {line['corrects_period']}: {what}" if adjustment else what
         gpu_hours = line["gpu_hours"]
         if charge == ENERGY:  # priced by the kWh, not by the GPU-hour
             quantity, unit = line["energy_kwh"] or Decimal(0), ENERGY_UNIT

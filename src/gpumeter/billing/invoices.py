@@ -41,6 +41,23 @@ CSV_COLUMNS = INVOICE_COLUMNS + ADJUSTMENT_COLUMNS
 ADJUSTMENT = "adjustment"
 ENERGY = "energy"  # the charge type billed by the kWh, not by the GPU-hour
 
+# The charge types of invoice lines in the words an invoice, a FOCUS description and a page say them in: one
+# mapping, for a line's own type and for the type an adjustment corrects. A type not listed is shown as stored.
+CHARGE_WORDS = {
+    "reserved": "GPU time reserved",
+    "usage": "GPU time used",
+    "idle": "Idle capacity",
+    "idle_share": "Share of idle capacity",
+    ENERGY: "Energy",
+    ADJUSTMENT: "Correction to a closed month",
+}
+
+
+def charge_words(charge_type: str | None) -> str:
+    """A charge type as the invoice says it: `reserved` is "GPU time reserved"."""
+    return CHARGE_WORDS.get(charge_type or "", charge_type or "")
+
+
 INVOICE_SCHEMA = pa.schema(
     [
         ("invoice_id", pa.string()),
