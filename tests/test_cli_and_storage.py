@@ -21,8 +21,14 @@ def test_demo_prints_reconciled_invoices_and_writes_csvs(
     printed = capsys.readouterr().out
     assert "Conservation: charged" in printed and "exact" in printed
     assert "reconciled" in printed
-    for bucket in ("__idle__", "__unallocated__", "ml-training", "unschedulable", "mig_unpartitioned"):
-        assert bucket in printed
+    for name in (
+        "Idle capacity (not billed to a tenant)",
+        "Unmapped workloads",
+        "ml-training",
+        "Free on a cordoned or full node",
+        "MIG space not partitioned",
+    ):
+        assert name in printed
     # A failed (warning) check is reported with the (cluster, day) partitions it failed on.
     assert "unmapped_namespaces (WARN) on 1 (cluster, day) partition(s): demo 2026-11-01" in printed
     all_csv = tmp_path / "invoices" / "invoice_lines_2026-11_all.csv"

@@ -106,10 +106,18 @@ def test_charges_equal_the_mart(app: Callable[..., AppTest], config: Config) -> 
     billed = sum((v for t, v in invoiced.items() if t not in (IDLE, UNALLOCATED)), Decimal(0))
     assert metric(at, "Billed to tenants") == usd(billed)
     shown = at.dataframe[0].value
+    words = {IDLE: "Idle capacity (not billed to a tenant)", UNALLOCATED: "Unmapped workloads"}
     assert dict(zip(shown["tenant"], shown["amount"], strict=True)) == {
-        t: usd(v) for t, v in invoiced.items()
+        words.get(t, t): usd(v) for t, v in invoiced.items()
     }
+    assert list(shown.columns[:3]) == ["tenant", "cost_center", "amount"]  # visible without scrolling
     assert any("Figures through" in c.value for c in at.caption)
+    unmapped, idle = usd(invoiced[UNALLOCATED]), usd(invoiced[IDLE])
+    assert any(
+        f"billed to tenants {usd(billed)} + Unmapped workloads {unmapped} + Idle capacity (not billed to a "
+        f"tenant) {idle}" in c.value
+        for c in at.caption
+    ), [c.value for c in at.caption]
     assert [e.label for e in at.expander] == ["What these words mean"]  # the glossary, in place
     total = usd(sum(invoiced.values(), Decimal(0)))
     # the table's total, under it

@@ -18,14 +18,17 @@ from rich.table import Table
 from gpumeter.billing.alerts import percent_text
 from gpumeter.config import IDLE
 from gpumeter.storage import paths
+from gpumeter.views import words
 from gpumeter.views.summary import PoolSummary
 
 if TYPE_CHECKING:  # Dagster loads only for the commands that run jobs
     from gpumeter.billing.alerts import BudgetAlert
     from gpumeter.pipelines.launch import RunOutcome
 
-# Piped output (CI logs, files) gets a width that fits the tables instead of rich's 80 columns.
-console = Console(highlight=False, width=None if sys.stdout.isatty() else 110)
+# Piped output (CI logs, files) gets a width that fits the tables instead of rich's 80 columns, and its
+# sentences whole on one line each, for grep.
+_PIPED = not sys.stdout.isatty()
+console = Console(highlight=False, width=130 if _PIPED else None, soft_wrap=_PIPED)
 err = Console(stderr=True, highlight=False)
 
 # The names the metering job's asset checks and the invoice asset report under (gpumeter.pipelines).
@@ -58,7 +61,7 @@ def pool_header(pool: str, summary: PoolSummary) -> None:
 
 def charges_table(summary: PoolSummary, currency: str) -> None:
     table = Table(title="Charges", title_justify="left")
-    # Bucket names must stay whole: __unallocated__ is a line finance looks for.
+    # Names stay whole: a bucket's words are a line finance looks for.
     for column, justify in (
         ("tenant", "left"),
         ("cost center", "left"),
@@ -72,8 +75,8 @@ def charges_table(summary: PoolSummary, currency: str) -> None:
         share = float(charge.amount / summary.pool_cost) if summary.pool_cost else 0.0
         efficiency = "" if charge.efficiency is None or charge.tenant == IDLE else f"{charge.efficiency:.0%}"
         table.add_row(
-            charge.tenant,
-            charge.cost_center or "",
+            escape(words.HOLDER_WORDS.get(charge.tenant, charge.tenant)),
+            escape(charge.cost_center or ""),
             f"{charge.gpu_hours:,.1f}",
             efficiency,
             money(charge.amount, currency),
@@ -88,14 +91,14 @@ def charges_table(summary: PoolSummary, currency: str) -> None:
 
 def capacity_table(summary: PoolSummary) -> None:
     table = Table(title="Where capacity went", title_justify="left")
-    table.add_column("category")
+    table.add_column("category", no_wrap=True)
     table.add_column("GPU-hours", justify="right")
     table.add_column("% of capacity", justify="right")
     table.add_column("stranded", justify="center")
     total = sum(summary.capacity_hours.values()) or 1.0
     for category, hours in summary.capacity_hours.items():
         stranded = "" if category == "allocated_active" else "yes"
-        table.add_row(category, f"{hours:,.1f}", f"{hours / total:.1%}", stranded)
+        table.add_row(words.CATEGORY_WORDS[category], f"{hours:,.1f}", f"{hours / total:.1%}", stranded)
     table.add_section()
     table.add_row("stranded", f"{summary.stranded_hours:,.1f}", f"{summary.stranded_hours / total:.1%}", "")
     console.print(table)
@@ -126,8 +129,8 @@ def month_to_date(frame: pl.DataFrame, period: str, label: str, currency: str) -
         table.add_column(column, justify=justify, no_wrap=True)  # type: ignore[arg-type]
     for row in frame.iter_rows(named=True):
         table.add_row(
-            row["tenant"],
-            row["cost_center"] or "",
+            escape(words.HOLDER_WORDS.get(row["tenant"], row["tenant"])),
+            escape(row["cost_center"] or ""),
             money(row["complete_days_amount"], currency),
             money(row["provisional_amount"], currency),
             money(row["amount"], currency),

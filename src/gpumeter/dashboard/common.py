@@ -81,14 +81,29 @@ def download(ctx: Context, frame: pl.DataFrame, name: str, key: str) -> None:
     )
 
 
+# Columns that say whose a row is; a table shows them first, then its money.
+WHO_COLUMNS = ("period", "day", "invoice_id", "tenant", "cost_center", "namespace", "pod")
+
+
 def table(
-    ctx: Context, frame: pl.DataFrame, name: str, money: tuple[str, ...] = (), **kwargs: object
+    ctx: Context,
+    frame: pl.DataFrame,
+    name: str,
+    money: tuple[str, ...] = (),
+    offer_download: bool = True,
+    **kwargs: object,
 ) -> None:
     if frame.is_empty():
         st.info(f"No {name.replace('_', ' ')} for these filters.")
         return
     # As Arrow: Streamlit sends an Arrow table as it is, where a polars frame goes through pandas first.
-    display = ctx.money_column(frame, *money).with_columns(pl.col(pl.Utf8).fill_null(""))
+    display = in_words(ctx.money_column(frame, *money)).with_columns(pl.col(pl.Utf8).fill_null(""))
+    # Money right after the columns naming whose it is, so that it shows without scrolling at 1280 px.
+    who = [c for c in display.columns if c in WHO_COLUMNS]
+    amounts = [c for c in display.columns if c in money]
+    display = display.select(
+        who + amounts + [c for c in display.columns if c not in who and c not in amounts]
+    )
     shown = display.to_arrow(compat_level=pl.CompatLevel.oldest())
     columns = {c: column_config(c, display.schema[c], c in money) for c in display.columns}
     st.dataframe(shown, hide_index=True, width="stretch", column_config=columns, **kwargs)  # type: ignore[arg-type]
@@ -99,7 +114,18 @@ def table(
     ]
     if totals:
         st.caption(f"**Total** of the rows above: {'; '.join(totals)}")
-    download(ctx, frame, name, key=f"dl-{name}")
+    if offer_download:  # False where the page offers the same rows as the file they come from
+        download(ctx, frame, name, key=f"dl-{name}")
+
+
+def in_words(frame: pl.DataFrame) -> pl.DataFrame:
+    """The frame as a page shows it: buckets, capacity categories and charge types in finance's words
+    (gpumeter.views.words). Downloads keep the names the invoice files use."""
+    return frame.with_columns(
+        pl.col(column).replace(names)
+        for column, names in words.VALUE_WORDS.items()
+        if column in frame.columns and frame.schema[column] == pl.Utf8
+    )
 
 
 def column_config(name: str, dtype: pl.DataType, money: bool = False) -> object:

@@ -15,21 +15,24 @@ from gpumeter.billing.documents import render_invoice, render_invoice_pdf
 from gpumeter.billing.focus import focus_csv
 from gpumeter.billing.invoices import billed_tenants, invoice_csv, tenant_lines
 from gpumeter.config import IDLE, UNALLOCATED
-from gpumeter.dashboard.common import Context, download, table
+from gpumeter.dashboard.common import Context, download, in_words, table
 from gpumeter.storage import paths
 from gpumeter.views import scoped, words
 
+# Keyed by what a page shows (gpumeter.views.words), since the frames drawn are in words.
 CATEGORY_COLORS = {
-    "allocated_active": "#2e7d32",
-    "allocated_idle": "#f9a825",
-    "unallocated": "#90a4ae",
-    "mig_unpartitioned": "#8e24aa",
-    "unschedulable": "#6d4c41",
-    "unhealthy": "#c62828",
+    words.CATEGORY_WORDS[category]: color
+    for category, color in (
+        ("allocated_active", "#2e7d32"),
+        ("allocated_idle", "#f9a825"),
+        ("free", "#90a4ae"),
+        ("mig_unpartitioned", "#8e24aa"),
+        ("unschedulable", "#6d4c41"),
+        ("unhealthy", "#c62828"),
+    )
 }
-
-
-BUCKET_COLORS = {UNALLOCATED: "#b0bec5", IDLE: "#cfd8dc"}  # no tenant's: greys, whoever reads
+# No tenant's: greys, whoever reads.
+BUCKET_COLORS = {words.HOLDER_WORDS[UNALLOCATED]: "#b0bec5", words.HOLDER_WORDS[IDLE]: "#cfd8dc"}
 
 
 def _tenant_colors(ctx: Context) -> dict[str, str]:
@@ -72,8 +75,8 @@ def _bars(
 
 
 def _floats(frame: pl.DataFrame, *columns: str) -> pl.DataFrame:
-    """Decimals as floats for plotting only (the tables and downloads keep them exact)."""
-    return frame.with_columns(pl.col(c).cast(pl.Float64) for c in columns if c in frame.columns)
+    """A frame to draw: decimals as floats (the tables and downloads keep them exact), names in words."""
+    return in_words(frame.with_columns(pl.col(c).cast(pl.Float64) for c in columns if c in frame.columns))
 
 
 def _glossary(ctx: Context) -> None:
@@ -155,13 +158,14 @@ def charges(ctx: Context) -> None:
         help=words.meaning("Total in scope") if ctx.viewer.sees_all_tenants else None,
     )
     columns[1].metric("Billed to tenants", ctx.money(billed), help=words.meaning("Billed to tenants"))
+    _not_billed(ctx, per_tenant, complete, billed)
     if so_far:
         columns[2].metric(
             "Today so far",
             ctx.money(_sum(per_tenant["provisional_amount"])),
             help=f"Today {label}: not in the totals beside it, which are complete days.",
         )
-        owed = _floats(per_tenant, "complete_days_amount", "provisional_amount")
+        owed = _floats(_tenants_only(per_tenant), "complete_days_amount", "provisional_amount")
         fig = go.Figure()
         fig.add_bar(x=owed["tenant"], y=owed["complete_days_amount"], name=COMPLETE)
         fig.add_bar(
@@ -179,7 +183,7 @@ def charges(ctx: Context) -> None:
     else:
         _chart(
             px.bar(
-                _floats(per_tenant, "amount"),
+                _floats(_tenants_only(per_tenant), "amount"),
                 x="tenant",
                 y="amount",
                 color="tenant",
@@ -225,6 +229,25 @@ def charges(ctx: Context) -> None:
             "charges-history",
         )
     table(ctx, history, "monthly_charges", money=("amount",))
+
+
+def _tenants_only(frame: pl.DataFrame) -> pl.DataFrame:
+    """What tenants owe: the buckets are on no tenant's invoice, so a chart of what each tenant owes has none."""
+    return frame.filter(~pl.col("tenant").is_in([IDLE, UNALLOCATED]))
+
+
+def _not_billed(ctx: Context, per_tenant: pl.DataFrame, amount: str, billed: Decimal) -> None:
+    """Total in scope against Billed to tenants, explained where both are shown."""
+    buckets = [
+        f"{words.HOLDER_WORDS[bucket]} {ctx.money(_sum(part[amount]))}"
+        for bucket in (UNALLOCATED, IDLE)
+        if not (part := per_tenant.filter(pl.col("tenant") == bucket)).is_empty()
+    ]
+    if buckets and ctx.viewer.sees_all_tenants:
+        st.caption(
+            f"Total in scope = billed to tenants {ctx.money(billed)} + {' + '.join(buckets)}: neither is on a "
+            "tenant's invoice, and each invoice line is rounded once, so the parts add up to the cent."
+        )
 
 
 def budgets(ctx: Context) -> None:
@@ -316,10 +339,24 @@ def invoices(ctx: Context) -> None:
         )
     frame = pl.from_arrow(lines)
     assert isinstance(frame, pl.DataFrame)
-    shown = frame.drop(
-        [c for c in frame.columns if c == "amount_unrounded" or frame[c].null_count() == frame.height]
+    # The amount among the first columns, so that it shows without scrolling; the period is the page's.
+    first = [
+        "invoice_id",
+        "tenant",
+        "charge_type",
+        "gpu_model",
+        "mig_profile",
+        "gpu_hours",
+        "unit_price",
+        "amount",
+    ]
+    dropped = {"amount_unrounded", "period_start", "period_end", "currency"}
+    shown = frame.select(
+        [c for c in first if c in frame.columns]
+        + [c for c in frame.columns if c not in first and c not in dropped]
     )
-    st.dataframe(ctx.money_column(shown, "amount"), hide_index=True, width="stretch")
+    shown = shown.drop([c for c in shown.columns if shown[c].null_count() == shown.height])
+    table(ctx, shown, "invoice_lines", money=("amount",), offer_download=False)
     period, minor = ctx.filters.period, ctx.config.minor_unit
     scope = (
         ctx.viewer.tenant
@@ -334,9 +371,9 @@ def invoices(ctx: Context) -> None:
             paths.invoice_csv_name(period, scope),
             "text/csv",
         )
-    with middle:  # the FOCUS 1.2 export of the same lines (output contract)
+    with middle:  # the FOCUS export of the same lines (output contract), in the config's version
         _download(
-            "FOCUS 1.2 (CSV)",
+            f"FOCUS {ctx.config.focus_version} (CSV)",
             focus_csv(lines, ctx.config, period, closed=status.closed),
             paths.focus_csv_name(period, scope),
             "text/csv",
@@ -558,11 +595,11 @@ def _stranded(ctx: Context) -> None:
     st.metric(
         "Stranded share",
         f"{stranded_hours / total:.1%}" if total else "—",
-        help="Everything but allocated_active",
+        help=f"Everything but {words.CATEGORY_WORDS['allocated_active'].lower()}: "
+        + words.meaning("stranded"),
     )
-    by_category = (
-        stranded.group_by("category").agg(pl.col("gpu_hours").sum()).sort("gpu_hours", descending=True)
-    )
+    drawn = in_words(stranded)
+    by_category = drawn.group_by("category").agg(pl.col("gpu_hours").sum()).sort("gpu_hours", descending=True)
     left, right = st.columns(2)
     with left:
         _chart(
@@ -580,7 +617,7 @@ def _stranded(ctx: Context) -> None:
     with right:
         _chart(
             _bars(
-                stranded.filter(pl.col("is_stranded")),
+                drawn.filter(pl.col("is_stranded")),
                 "node",
                 "gpu_hours",
                 color="category",
@@ -590,7 +627,8 @@ def _stranded(ctx: Context) -> None:
             ),
             "stranded-node",
         )
-    table(ctx, stranded, "stranded_capacity")
+    # Capacity, held or not: not the "GPU-hours held" of the charges.
+    table(ctx, stranded.rename({"gpu_hours": "capacity_gpu_hours"}), "stranded_capacity")
 
 
 def mig(ctx: Context) -> None:
@@ -716,8 +754,11 @@ def data_quality(ctx: Context) -> None:
         label = column.replace("_", " ").capitalize().replace("gpu seconds", "GPU-hours")
         scale = 3600 if column.endswith("_seconds") else 1
         figures.append((label, f"{float(quality[column].sum()) / scale:,.{1 if scale > 1 else 0}f}"))
-    for col, (label, value) in zip(st.columns(len(figures)), figures, strict=True):
-        col.metric(label, value)
+    per_row = 4  # a label of four words stays whole at 1280 px
+    for start in range(0, len(figures), per_row):
+        row = figures[start : start + per_row]
+        for col, (label, value) in zip(st.columns(per_row), row, strict=False):
+            col.metric(label, value)
     table(ctx, quality, "data_quality")
     gaps = ctx.views.coverage_gaps(ctx.viewer, ctx.filters)
     st.subheader(f"Days not metered: {gaps.height} (cluster-days)")
@@ -725,7 +766,7 @@ def data_quality(ctx: Context) -> None:
         "Every day of the period that has ended, or comes before a metered day, and has no metered data."
     )
     table(ctx, gaps, "coverage_gaps")
-    st.subheader("Unmapped namespaces (charged to `__unallocated__`: no tenant rule matches them)")
+    st.subheader(f"{words.HOLDER_WORDS[UNALLOCATED]}: namespaces no tenant rule matches")
     table(
         ctx, ctx.views.unmapped_namespaces(ctx.viewer, ctx.filters), "unmapped_namespaces", money=("amount",)
     )

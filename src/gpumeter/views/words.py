@@ -5,7 +5,22 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from gpumeter.billing.invoices import CHARGE_WORDS
 from gpumeter.config import IDLE, UNALLOCATED
+
+# The buckets as a page and the printed summary name them; the invoice files keep the names.
+HOLDER_WORDS = {IDLE: "Idle capacity (not billed to a tenant)", UNALLOCATED: "Unmapped workloads"}
+# Where capacity went: each category as a page and the printed summary name it.
+CATEGORY_WORDS = {
+    "allocated_active": "Held and busy",
+    "allocated_idle": "Held but idle",
+    "free": "Free (no holder)",
+    "mig_unpartitioned": "MIG space not partitioned",
+    "unschedulable": "Free on a cordoned or full node",
+    "unhealthy": "Unhealthy",
+}
+# A page's cells in words, by column: what `in_words` of the dashboard replaces.
+VALUE_WORDS = {"tenant": HOLDER_WORDS, "category": CATEGORY_WORDS, "charge_type": CHARGE_WORDS}
 
 
 @dataclass(frozen=True)
@@ -18,22 +33,22 @@ class Term:
 GLOSSARY: tuple[Term, ...] = (
     Term(
         IDLE,
-        "Idle capacity (not billed to a tenant)",
+        HOLDER_WORDS[IDLE],
         "The part of the pool cost no holder pays: mostly GPU time nobody held (and what a usage tariff or a "
         "price other than the pool's leaves over). It is on no tenant's invoice; with the tenants' charges and "
         "Unmapped workloads it adds up to the pool cost.",
     ),
     Term(
         UNALLOCATED,
-        "Unmapped workloads",
+        HOLDER_WORDS[UNALLOCATED],
         "GPU time held by pods whose namespace or labels match no tenant rule: billed to no tenant until the "
         "config maps them; Data quality lists the namespaces.",
     ),
     Term(
-        "unallocated (capacity category)",
-        "Free GPUs (no holder)",
-        "Under Where capacity went: GPU time of healthy, schedulable GPUs nobody held. Its cost is part of Idle "
-        "capacity; it is not Unmapped workloads, which were held.",
+        "free",
+        CATEGORY_WORDS["free"],
+        "Under Where capacity went: GPU time of healthy, schedulable GPUs and MIG instances nobody held (named "
+        "unallocated before). Its cost is part of Idle capacity; it is not Unmapped workloads, which were held.",
     ),
     Term(
         "Total in scope",
@@ -81,6 +96,7 @@ GLOSSARY: tuple[Term, ...] = (
 COLUMN_WORDS = {
     "cost_center": "Cost center",
     "gpu_hours": "GPU-hours held",
+    "capacity_gpu_hours": "GPU-hours",
     "used_gpu_hours": "GPU-hours used",
     "device_hours": "Device-hours",
     "efficiency": "Efficiency (used ÷ held)",
