@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: venv demo demo-prometheus test lint package-check dagster-ui dashboard clean focus-validator
+.PHONY: venv demo demo-prometheus test lint package-check dagster-ui dashboard screenshots clean focus-validator
 
 $(STAMP): requirements.lock pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -59,6 +59,10 @@ lint: $(STAMP)
 dagster-ui: $(STAMP)
 	DAGSTER_HOME=$(CURDIR)/.gpumeter/demo/dagster GPUMETER_CONFIG=$(CURDIR)/.gpumeter/demo/config.yaml \
 	  $(BIN)/dagster dev -m gpumeter.pipelines.definitions -h 127.0.0.1 -p 3000
+
+# docs/img/: every dashboard page of the demo in headless Chromium, as finance and as a tenant (docs/dashboard.md).
+screenshots: $(STAMP)
+	$(BIN)/python -m tests.dashboard_screenshots --config .gpumeter/demo/config.yaml --out docs/img
 
 # The Streamlit dashboard on the demo's warehouse, in local mode unless .streamlit/secrets.toml has [auth].
 dashboard: $(STAMP)
