@@ -402,6 +402,18 @@ def test_csv_cells_are_neutralized_against_formula_injection() -> None:
     assert rows[-1][1] == "1.5"  # numbers are not text: left as they are
 
 
+def test_csv_cells_carry_money_as_decimals_and_hours_without_binary_residue() -> None:
+    frame = pl.DataFrame(
+        {
+            "amount": [Decimal("3397.47"), Decimal("0.10")],
+            "gpu_hours": [0.1 + 0.2, -1e-13],  # 0.30000000000000004 and a residue below a nanohour
+        },
+        schema={"amount": pl.Decimal(38, 2), "gpu_hours": pl.Float64},
+    )
+    rows = list(csv.reader(io.StringIO(frame_csv(frame))))
+    assert rows[1:] == [["3397.47", "0.3"], ["0.10", "0.0"]]
+
+
 def test_an_empty_warehouse_reads_as_no_rows(tmp_path: Path) -> None:
     config = parse_config(ROLES_YAML)
     views = Views(Warehouse.at(tmp_path), config)

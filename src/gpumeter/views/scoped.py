@@ -1073,7 +1073,9 @@ def _cell(value: object) -> str:
         return ""
     if isinstance(value, Decimal):
         return format(value, "f")
-    if isinstance(value, float | int | bool | date):
+    if isinstance(value, float):  # hours and ratios, never money: 9 places, without binary residue
+        return repr(round(value, 9) + 0.0)
+    if isinstance(value, int | bool | date):
         return str(value)
     return neutralize(str(value))
 
