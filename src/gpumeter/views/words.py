@@ -95,6 +95,8 @@ GLOSSARY: tuple[Term, ...] = (
 # A table's column headers in words; any other column reads as its name in a sentence (_GPU_ as GPU).
 COLUMN_WORDS = {
     "cost_center": "Cost center",
+    "invoice_id": "Invoice number",
+    "charge_type": "Charge",
     "gpu_hours": "GPU-hours held",
     "capacity_gpu_hours": "GPU-hours",
     "used_gpu_hours": "GPU-hours used",
