@@ -10,21 +10,17 @@ from datetime import date
 from decimal import Decimal
 from pathlib import Path
 
-import duckdb
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
-from bench import cores, fleet, marts_equal, sorted_pivot, streaming_floor
+from bench import fleet, marts_equal
 from bench.pandas_meter import cost_by_namespace
 from gpumeter.config import load_config
-from gpumeter.ingest.contract import day_bounds_ms, lookback_ms
+from gpumeter.ingest.contract import day_bounds_ms
 from gpumeter.ingest.row_order import in_gpu_order
-from gpumeter.ingest.schema import DCGM_TEMP
 from gpumeter.models.project import load_models
 from gpumeter.storage.warehouse import Warehouse
-from gpumeter_sim import FactorySpec, write_parquet
 from gpumeter_sim.promserver import binaries_available
 from tests.builders import FactoryBuilder
 
@@ -49,34 +45,6 @@ def test_pandas_comparison_applies_r1_r3_r6_r8_by_hand(tmp_path: Path) -> None:
     assert by_ns["ns-a"] == pytest.approx((105.0, 0.105))
     assert by_ns["ns-b"] == pytest.approx((30 * 3 / 7 + 15.0, (30 * 3 / 7 + 15.0) * 0.001))
     assert set(by_ns) == {"ns-a", "ns-b"}
-
-
-def test_the_sorted_pivot_makes_one_row_per_series_sample_with_its_readings(tmp_path: Path) -> None:
-    """bench/sorted_pivot.py (a measured building block, not the product): 7 raw rows of 2 series make 4
-    series samples; two readings of one metric at one sample are one, the larger; GPU_TEMP has no code."""
-    b = FactoryBuilder("c1", DAY).gpu("n1", "GPU-a", H100).gpu("n1", "GPU-b", H100)
-    b.samples("GPU-a", [0, 1], gr=0.5, util=40)  # 2 samples x 2 rows
-    b.sample("GPU-a", 2, gr=0.25).sample("GPU-a", 2, gr=0.75)  # a copy of one reading: the larger is kept
-    b.dcgm_row(b.ts(0), DCGM_TEMP, 40.0, hostname="n1", uuid="GPU-b", model_name=H100)  # a field never read
-    raw = tmp_path / "dcgm.parquet"
-    pq.write_table(b.build().dcgm, raw)
-    out = tmp_path / "sorted.parquet"
-    con = duckdb.connect()
-    assert sorted_pivot.write_sorted(con, [str(raw)], out) == 7
-    keys = [row[0] for row in con.execute(f"select key from '{out}'").fetchall()]
-    assert keys == sorted(keys)
-    assert sorted_pivot.duckdb_pivot(con, out) == 4
-    gr, util = (
-        f"m{sorted_pivot.PIVOTED.index(m) + 1}"
-        for m in ("DCGM_FI_PROF_GR_ENGINE_ACTIVE", "DCGM_FI_DEV_GPU_UTIL")
-    )
-    got = con.execute(f"select {gr}, {util}, read_values from pivoted order by key").fetchall()
-    # GPU-a's series sorts before or after GPU-b's by its hash: compare as a multiset.
-    assert sorted(got, key=repr) == sorted(
-        [(0.5, 40.0, 2), (0.5, 40.0, 2), (0.75, None, 2), (None, None, 0)], key=repr
-    )
-    _, _, polars_keys = sorted_pivot.polars_pivot(out)
-    assert polars_keys == 4
 
 
 @pytest.mark.slow
@@ -164,184 +132,6 @@ def test_harness_runs_every_step_on_a_tiny_fleet(tmp_path: Path) -> None:
     own = fleet.run_child("single_pass", small, "--day", small.start.isoformat())
     assert 0 < own.peak_rss_mib < 600, own
     del ballast
-
-
-def test_the_streaming_pass_agrees_with_the_models_it_stands_for(tmp_path: Path) -> None:
-    """bench/streaming_floor.py measures the floor of the one-pass design (a day sorted by GPU and time, grouped
-    without a hash table, one file per thread); it is not the product (gpumeter.models.sample_pass is), so it
-    is checked against the product's models on a simulated fleet day: the same copied readings, GPU samples,
-    MIG modes, holders, energy, busy fractions, prices, MIG instances and the series holders of shared
-    samples."""
-    ws = fleet.Workspace(tmp_path / "w", gpus=8, days=1)
-    fleet.step_generate(ws)
-    day = ws.start.isoformat()
-    raw_rows = sum(pq.ParquetFile(f).metadata.num_rows for f in ws.raw_files("raw_dcgm_samples", ws.start))
-    sorted_ = streaming_floor.sort_files(ws.root, day)
-    # The simulator writes the raw zone's DCGM files in GPU order: each is linked, none rewritten.
-    assert sorted_["rows"] == raw_rows
-    assert sorted_["files_already_in_gpu_order"] == len(ws.raw_files("raw_dcgm_samples", ws.start)) > 0
-    # The writer's way to that order: the pull's integer key, by GPU first (the order is checked inside).
-    assert streaming_floor.window_keys(ws.root, day)["rows"] == raw_rows
-    streaming_floor.compute_inputs(ws.root, day)
-    got = streaming_floor.check(ws.root, day)
-    assert got["equal"], got["differ"]
-    # The day has what is compared: MIG GPUs and instances, holders, prices (shared samples: next test).
-    assert got["mig_gpu_samples_in_day"] > 0 and got["mig_instance_samples"] > 0
-    assert got["held_gpu_samples_in_day"] > 0 and got["price_units"] > 0
-    stored = streaming_floor.run_pass(ws.root, day, threads=2, store="duckdb")
-    in_parquet = streaming_floor.run_pass(ws.root, day, threads=2, store="parquet")
-    for kept in (stored, in_parquet):
-        assert (kept["stored_gpu_samples"], kept["stored_instance_samples"]) == (
-            got["gpu_samples_in_day"],
-            got["mig_instance_samples"],
-        )
-    # Summed to the mart grain (its sums are checked in `check`): an hour's samples of a device and holder
-    # are one row.
-    hourly = streaming_floor.run_pass(ws.root, day, threads=2, store="hourly")
-    assert 0 < hourly["hourly_gpu_samples"] < got["gpu_samples_in_day"] / 60
-    assert 0 < hourly["hourly_instance_samples"] < got["mig_instance_samples"] / 60
-    # Compressed per quarter hour (its sums are checked in `check`): a quarter hour of a device's samples is
-    # at most one row per what the later models read as a key, so each hourly row splits into some of them.
-    compressed = streaming_floor.run_pass(ws.root, day, threads=2, store="compressed", bucket_s=900)
-    for name, samples in (
-        ("gpu_samples", "gpu_samples_in_day"),
-        ("instance_samples", "mig_instance_samples"),
-    ):
-        assert hourly[f"hourly_{name}"] <= compressed[f"compressed_{name}"] < got[samples] / 10
-    # What such a pass would leave in SQL: the models no DCGM row reaches, metered alone.
-    no_dcgm = set(streaming_floor.models_reading_no_dcgm_row())
-    assert {"stg_kube_spans", "stg_opencost_prices", "int_node_gpu_price_spans"} <= no_dcgm
-    assert not no_dcgm & {"stg_dcgm_series", "int_gpu_samples", "int_holders", "mart_device_seconds"}
-    assert streaming_floor.rest(ws.root, day)["models"] == len(no_dcgm)
-    # The later models over the two tables as DuckDB tables or as Parquet views (the store's other half).
-    assert streaming_floor.downstream(ws.root, day, "setup")["int_gpu_samples"] == got["gpu_samples_in_day"]
-    for kind in ("duckdb", "parquet"):
-        assert streaming_floor.downstream(ws.root, day, kind)["other_models_s"] > 0
-    # The same over the two tables compressed per quarter hour (the compressed-samples design's later models).
-    rows = streaming_floor.downstream(ws.root, day, "setup", bucket_s=900)
-    assert 0 < rows["int_gpu_samples"] < got["gpu_samples_in_day"] / 10
-    assert 0 < rows["int_mig_instance_samples"] < got["mig_instance_samples"] / 10
-    assert streaming_floor.downstream(ws.root, day, "duckdb", bucket_s=900)["other_models_s"] > 0
-    # bench.cores times (a) as the product meters a pulled day: with the kube rows stored as spans.
-    (rows,) = cores.kube_rows_not_spans(ws.root)
-    with pytest.raises(SystemExit, match="step kube_spans"):
-        cores.main(["--work", str(ws.root), "--gpus", "8", "--cores", "1"])
-    fleet.step_kube_spans(ws)
-    assert not rows.exists() and cores.kube_rows_not_spans(ws.root) == []
-
-
-def test_compressed_samples_are_one_row_per_device_bucket_and_key(tmp_path: Path) -> None:
-    """The compressed-samples design's rows, by hand: a device's samples in one time bucket that agree on every
-    key the later models read, and on the side of the idle threshold (0.05), are one row at the first one's
-    time, with busy averaged, energy summed and the frame buffer at its largest."""
-    path = tmp_path / "samples.parquet"
-    minute = 60_000
-    pq.write_table(
-        pa.table(
-            {
-                "gpu_key": [1, 1, 1, 1, 1, 2, 1],
-                "ts_ms": [0, minute, 2 * minute, 3 * minute, 15 * minute, 0, 4 * minute],
-                "holder_key": [7, 7, 7, 7, 7, 7, 8],
-                "busy": [0.5, 0.7, 0.01, None, 0.5, 0.5, 0.9],
-                "energy_mj": [10, 20, 30, 40, 50, 60, 70],
-                "fb_used_mib": [100.0, 300.0, 50.0, 60.0, 10.0, 10.0, 5.0],
-            }
-        ),
-        path,
-    )
-    columns = ["gpu_key", "ts_ms", "holder_key", "busy", "energy_mj", "fb_used_mib"]
-    sql = streaming_floor.compressed_sql(columns, f"'{path}'", 15 * minute, 0.05)
-    got = sorted(duckdb.sql(f"select {', '.join(columns)} from ({sql})").fetchall())
-    assert got == [
-        # GPU 1, first quarter hour, holder 7: two active samples, then two idle ones (no reading is idle).
-        (1, 0, 7, pytest.approx(0.6), 30, 300.0),
-        (1, 2 * minute, 7, pytest.approx(0.01), 70, 60.0),
-        (1, 4 * minute, 8, pytest.approx(0.9), 70, 5.0),  # another holder
-        (1, 15 * minute, 7, pytest.approx(0.5), 50, 10.0),  # the next quarter hour
-        (2, 0, 7, pytest.approx(0.5), 60, 10.0),  # another GPU
-    ]
-
-
-def test_the_streaming_pass_agrees_on_a_changing_day_with_broken_readings(tmp_path: Path) -> None:
-    """The same check on the demo's changing pool (an outage, a cordoned node, an XID, an energy counter reset,
-    MIG re-partitioned, pods deleted and recreated, time-sliced vgpu copies), priced by OpenCost's per-node
-    spans, with two readings broken by hand: a vgpu copy that disagrees with its twin, and a reading written
-    twice with two values."""
-    ws = fleet.Workspace(tmp_path / "w", gpus=8, days=1)
-    spec = replace(FactorySpec(), cluster=fleet.CLUSTER, days=1, mig_repartition=True, pod_churn=True)
-    config_path = fleet.write_config(ws)
-    config_path.write_text(
-        config_path.read_text().replace("price_source: rate_card", "price_source: opencost")
-    )
-    write_parquet(
-        spec, ws.warehouse / "raw", lookback_s=lookback_ms(load_config(config_path), fleet.CLUSTER) // 1000
-    )
-    (raw,) = ws.raw_files("raw_dcgm_samples", spec.start)
-    rows = pq.read_table(raw)
-    start_ms, _ = day_bounds_ms(spec.start)
-    gr = pc.equal(rows["metric"], "DCGM_FI_PROF_GR_ENGINE_ACTIVE")
-    in_day = pc.greater_equal(rows["ts_ms"], start_ms + 3_600_000)
-    copy_at = pc.index(pc.and_(pc.and_(gr, in_day), pc.is_valid(rows["vgpu"])), True).as_py()
-    plain_at = pc.index(pc.and_(pc.and_(gr, in_day), pc.is_null(rows["vgpu"])), True).as_py()
-    value = rows["value"].to_pylist()
-    value[copy_at] = 1.0 if value[copy_at] < 0.5 else 0.0  # the twin still says what it said
-    at = rows.schema.get_field_index("value")
-    twice = rows.slice(plain_at, 1).set_column(at, "value", pa.array([value[plain_at] / 2 + 0.25]))
-    rows = pa.concat_tables([rows.set_column(at, "value", pa.array(value)), twice])
-    pq.write_table(rows, raw)
-    day = spec.start.isoformat()
-    streaming_floor.sort_files(ws.root, day)
-    inputs = streaming_floor.compute_inputs(ws.root, day)
-    assert inputs["int_node_unschedulable_spans"] > 0 and inputs["int_node_gpu_price_spans"] > 0
-    got = streaming_floor.check(ws.root, day)
-    assert got["equal"], got["differ"]
-    assert got["vgpu_copy_conflicts"] == 1 and got["series_samples_with_copies"] == 1
-    assert got["unschedulable_gpu_samples"] > 0 and got["mig_gpu_samples_in_day"] > 0
-    assert got["shared_holder_pairs"] > 0 and got["mig_price_units"] > 0
-    # Where the compressed-samples design would cut besides its buckets: the cordoned node's and OpenCost's
-    # spans, and the recreated pods' running spans, inside the day.
-    cut = streaming_floor.cuts(ws.root, day)
-    assert cut["node_boundaries"] > 0 and cut["holder_pod_boundaries"] > 0 and cut["holder_pods"] > 0
-
-
-def test_cores_reports_each_rounds_ratios_and_each_steps_speedup() -> None:
-    """bench.cores' summary, by hand: a/b′ of the meter and of each design (its pass plus the later models)
-    per round and core count, and each step's mean over the rounds on one core over its mean on two."""
-
-    def measured(scale: float) -> dict[str, float]:
-        return {
-            "b_prime_s": 10.0 * scale,
-            "pass_duckdb_s": 20.0 * scale,
-            "pass_parquet_s": 15.0 * scale,
-            "later_over_tables_s": 18.0 * scale,
-            "later_over_views_s": 24.0 * scale,
-            "pass_hourly_s": 12.0 * scale,
-            "no_dcgm_models_s": 5.0 * scale,
-            "pass_compressed_s": 13.0 * scale,
-            "later_over_compressed_s": 9.0 * scale,
-            "meter_s": 90.0 * scale,
-            "meter_cpu_s": 180.0,
-        }
-
-    rounds = [{"1": measured(2.0), "2": measured(1.0)}, {"1": measured(2.2), "2": measured(1.2)}]
-    got = cores.summarize(rounds)
-    # (20 + 18) / 10 = 3.8, (15 + 24) / 10 = 3.9, (12 + 5) / 10 = 1.7 and (13 + 9) / 10 = 2.2, at any
-    # scale; the meter 90 / 10.
-    by_hand = {
-        "meter": 9.0,
-        "design_duckdb": 3.8,
-        "design_parquet": 3.9,
-        "floor_mart_grain": 1.7,
-        "floor_compressed": 2.2,
-    }
-    assert got["a_over_b_prime"] == [{c: by_hand for c in ("1", "2")}] * 2
-    # Mean scale 2.1 on one core, 1.1 on two: every timed step speeds up by 2.1 / 1.1 = 1.91 (CPU not timed).
-    assert got["speedup_1_to_2"] == {k: 1.91 for k in measured(1.0) if k != "meter_cpu_s"}
-    assert got["mean_s"]["1"]["b_prime_s"] == 21.0 and got["mean_s"]["2"]["meter_s"] == 99.0
-    # Rounds on two cores only: the ratios and means, and no speedup to report.
-    two_only = cores.summarize([{"2": measured(1.0)}, {"2": measured(1.2)}])
-    assert two_only["a_over_b_prime"] == [{"2": by_hand}] * 2 and "speedup_1_to_2" not in two_only
-    assert two_only["mean_s"]["2"]["pass_hourly_s"] == 13.2
 
 
 def test_marts_equal_finds_the_same_marts_over_either_row_order_and_names_a_changed_one(

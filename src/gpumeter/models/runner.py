@@ -84,7 +84,6 @@ def meter_day(
     on_model: Callable[[Model], None] | None = None,
     keep_layers: Collection[str] = LAYERS,
     temp_directory: Path | None = None,
-    profile_dir: Path | None = None,
     through_ms: int | None = None,
     select: Collection[str] = (),
     models: Sequence[Model] | None = None,
@@ -96,10 +95,9 @@ def meter_day(
     the caller with the directory), else of an in-memory one; DuckDB spills there past
     `warehouse.memory_limit`. The session's folder (the variable SESSION_FOLDER: `session/` there, else a
     system temp folder) holds the files a Python model's tables are read from, and is removed with the
-    session. With `profile_dir`, each SQL model's DuckDB query profile (EXPLAIN ANALYZE, as
-    JSON) is written there as <model>.json (bench/). With `through_ms` the day ends there (a provisional day
-    metered up to its last full hour, gpumeter.models.provisional). `models` replaces the project's models
-    (load_models()), e.g. with one model's SQL given by another source (bench/).
+    session. With `through_ms` the day ends there (a provisional day metered up to its last full hour,
+    gpumeter.models.provisional). `models` replaces the project's models (load_models()), e.g. with the
+    per-sample reference SQL the sample pass is held equal to (tests/sample_pass_reference.py).
 
     Each model must output the columns its schema.yml declares (ProjectError), and the assertions it declares
     run right after it: the first row one returns stops the day with its message (AccountingError)."""
@@ -133,8 +131,6 @@ def meter_day(
         _set_variables(con, config, cluster, day, through_ms)
         con.execute(f"set variable {SESSION_FOLDER} = ?", [str(folder)])
         con.execute(MACROS.read_text(encoding="utf-8"))
-        if profile_dir is not None:
-            profile_dir.mkdir(parents=True, exist_ok=True)
         results: dict[str, pa.Table] = {}
         with warnings.catch_warnings():
             warnings.simplefilter("default")
@@ -157,16 +153,11 @@ def meter_day(
                         con.execute(f"create table {model.name} as select * from {model.name}__arrow")
                         con.unregister(f"{model.name}__arrow")
                 else:
-                    if profile_dir is not None:
-                        con.execute("set enable_profiling = 'json'")
-                        con.execute("set profiling_output = ?", [str(profile_dir / f"{model.name}.json")])
                     kind = "temp view" if model.ephemeral else "table"
                     try:
                         con.execute(f"create {kind} {model.name} as {model.sql}")
                     except duckdb.Error as exc:
                         raise AccountingError(f"model {model.layer}/{model.name}.sql failed: {exc}") from exc
-                    if profile_dir is not None:
-                        con.execute("pragma disable_profiling")  # the profile is the model's query alone
                 check_columns(con, model)
                 check_assertions(con, model)
                 # Marts are read by people and diffed by finance: a stable row order makes a re-run's
