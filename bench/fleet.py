@@ -1,4 +1,4 @@
-"""Fleet-scale benchmark: gpumeter against the single-pass limit, plain pandas and PromQL, in one run.
+"""Fleet-scale benchmark: gpumeter against the per-sample floor, the single-pass limit and PromQL, in one run.
 
     .venv/bin/python -m bench.fleet run --gpus 10000 --work /var/tmp/gpumeter-bench --out bench/results
 
@@ -11,14 +11,10 @@ time is measured by the child around the work only (interpreter start-up exclude
   meter         (a) gpumeter: one (cluster, day) from raw Parquet to marts (gpumeter.billing.month)
   single_pass   (b) one DuckDB GROUP BY over the same raw Parquet: held seconds per pod
   sample_floor  (b') one GROUP BY at the sample's grain first (each sample counted once, R1), then per pod
-  pandas        (c) bench/pandas_meter.py over the same raw Parquet
   promql        (d) sum by namespace of count_over_time × price, against a real Prometheus
   prom_pull     (e) gpumeter's Prometheus pull of that day, staged part by part (gpumeter.billing.month.pull_raw_day)
   bare_http     the same HTTP requests as (e), replayed with urllib in the same encoding: bodies fetched
                 (and gunzipped), nothing parsed
-  remote_read   the same samples through Prometheus remote read (`--response samples` or `chunks`): bodies
-                fetched (and unsnappied), nothing parsed; then, untimed, each answer's samples counted and
-                the raw-sample answers' decoding into columns timed (bench/remote_read.py)
   rollup        the monthly invoice roll-up (gpumeter.billing.month.roll_up_month)
   dashboard     every page of the app through Streamlit's AppTest, one viewer (the slowest page)
   dashboard_viewers  `--viewers` viewers at once through the real server (each viewer's slowest page)
@@ -293,23 +289,6 @@ def _prices(config_path: Path) -> dict[str, float]:
         m.model_name: float(resolve_device_class(config, m.model_name, None, "bench").gpu_price_per_hour)
         for m in MODELS.values()
     }
-
-
-def step_pandas(ws: Workspace, day: date) -> Measure:
-    from bench.pandas_meter import cost_by_namespace
-    from gpumeter.config import load_config
-    from gpumeter.ingest.contract import day_bounds_ms
-
-    config = load_config(ws.config_path)
-    prices = _prices(ws.config_path)
-    start_ms, end_ms = day_bounds_ms(day)
-    files = ws.raw_files("raw_dcgm_samples", day)
-    started = time.perf_counter()
-    result = cost_by_namespace(files, start_ms, end_ms, float(config.scrape_interval_seconds), prices)
-    wall = time.perf_counter() - started
-    return Measure(
-        "pandas", ws.gpus, wall, _rows(files), extra={"gpu_seconds": float(result.gpu_seconds.sum())}
-    )
 
 
 def step_rollup(ws: Workspace) -> Measure:
@@ -787,58 +766,6 @@ def step_bare_http(ws: Workspace, url: str, requests_file: Path, concurrency: in
     return Measure("bare_http", ws.gpus, wall, 0, extra=extra)
 
 
-def step_remote_read(
-    ws: Workspace, url: str, requests_file: Path, concurrency: int, response: str, prometheus_pid: int
-) -> Measure:
-    """The pull's requests as remote reads where they are raw-sample selectors (the XID query as the pull sends
-    it, gzipped): each body fetched whole and, for raw samples, decompressed, nothing parsed, with the bare
-    fetch's concurrency; Prometheus' CPU seconds are read around this part alone. Then, not timed, each
-    answer's samples are counted against the JSON answer of the same request (`samples_match`), and for raw
-    samples their decoding into columns is timed on its own (`decode_cpu_s`: what a client must add before it
-    holds the samples)."""
-    from bench import remote_read
-
-    requests = remote_read.recorded_requests(iter(requests_file.read_text(encoding="utf-8").splitlines()))
-    response_type = {"samples": remote_read.SAMPLES, "chunks": remote_read.STREAMED_XOR_CHUNKS}[response]
-
-    def fetch(item: remote_read.RecordedRequest) -> tuple[int, bytes]:
-        if item.selector is None:
-            return remote_read.fetch_json(url, item)
-        return remote_read.fetch_remote(url, item, response_type)
-
-    server_before = _cpu_s(prometheus_pid)
-    started = time.perf_counter()
-    with ThreadPoolExecutor(concurrency) as pool:
-        answers = list(pool.map(fetch, requests))
-    wall = time.perf_counter() - started
-    server_cpu = _cpu_s(prometheus_pid) - server_before
-    samples = 0
-    decode_cpu = 0.0
-    matched = True
-    for item, (_, body) in zip(requests, answers, strict=True):
-        if item.selector is None:
-            continue
-        if response_type == remote_read.SAMPLES:
-            before = time.process_time()
-            count = sum(len(ts) for ts, _ in remote_read.response_columns(body))
-            decode_cpu += time.process_time() - before
-        else:
-            count = remote_read.samples_in_chunks(body)
-        samples += count
-        matched = matched and count == remote_read.samples_in_json(remote_read.fetch_json(url, item)[1])
-    extra = {
-        "requests": len(requests),
-        "remote_reads": sum(item.selector is not None for item in requests),
-        "bytes": sum(len(body) for _, body in answers),
-        "wire_bytes": sum(wire for wire, _ in answers),
-        "response": response,
-        "samples_match": matched,
-        "decode_cpu_s": round(decode_cpu, 2),
-        "prometheus_cpu_s": round(server_cpu, 2),
-    }
-    return Measure("remote_read", ws.gpus, wall, samples, extra=extra)
-
-
 # --- the driver ---------------------------------------------------------------------------------
 
 
@@ -863,7 +790,6 @@ def run_child(step: str, ws: Workspace, *extra: str) -> Measure:
 def machine() -> dict[str, Any]:
     import dagster
     import duckdb
-    import pandas
     import pyarrow
 
     cpu = next(
@@ -897,7 +823,6 @@ def machine() -> dict[str, Any]:
         "python": platform.python_version(),
         "duckdb": duckdb.__version__,
         "pyarrow": pyarrow.__version__,
-        "pandas": pandas.__version__,
         "dagster": dagster.__version__,
         "prometheus": prometheus,
     }
@@ -924,7 +849,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         measures.append(m)
         return m
 
-    # The fleet's day: (a) and (b) side by side, (c) where it fits (pandas holds the whole day in memory).
+    # The fleet's day: (a), (b) and (b′) side by side.
     fleet = Workspace(work / f"fleet-{args.gpus}", args.gpus, 1)
     measure("generate", fleet)
     measure("kube_spans", fleet)  # the raw day as the pull stores it
@@ -948,21 +873,6 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             measure("dashboard_viewers", fleet_month, "--viewers", str(args.viewers)).extra[
                 "replicated_month"
             ] = True
-    if args.pandas_gpus:
-        small = (
-            fleet
-            if args.pandas_gpus == args.gpus
-            else Workspace(work / f"fleet-{args.pandas_gpus}", args.pandas_gpus, 1)
-        )
-        if small is not fleet:
-            measure("generate", small)
-            measure("kube_spans", small)
-        for _ in range(args.repeat):
-            if small is not fleet:  # else (a) and (b) of this fleet were just measured
-                measure("single_pass", small, "--day", small.start.isoformat())
-                measure("sample_floor", small, "--day", small.start.isoformat())
-                measure("meter", small, "--day", small.start.isoformat())
-            measure("pandas", small, "--day", small.start.isoformat())
     # A month: every day metered on its own (partitions are independent), then the invoice roll-up.
     if args.month_gpus:
         month = Workspace(work / f"month-{args.month_gpus}", args.month_gpus, args.month_days)
@@ -997,8 +907,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                     """A step with the CPU seconds Prometheus spent meanwhile (the load put on its server)."""
                     before = _cpu_s(pid)
                     m = measure(step, prom, "--url", server.url, *extra)
-                    # remote_read reads it around its timed part: its checks fetch the JSON answers after.
-                    m.extra.setdefault("prometheus_cpu_s", round(_cpu_s(pid) - before, 2))
+                    m.extra["prometheus_cpu_s"] = round(_cpu_s(pid) - before, 2)
                     return m
 
                 for _ in range(args.repeat):
@@ -1007,11 +916,6 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                         # Side by side: the pull, then the bare fetch of its requests in its encoding.
                         on_prometheus("prom_pull", "--day", day, "--encoding", encoding)
                         on_prometheus("bare_http", "--requests", str(requests_file), "--encoding", encoding)
-                    for response in args.remote_read.split(",") if args.remote_read else ():
-                        on_prometheus(
-                            "remote_read", "--requests", str(requests_file), "--response", response,
-                            "--prometheus-pid", str(pid),
-                        )  # fmt: skip
                 report["prometheus_peak_rss_mib"] = _vm_hwm_mib(server.process.pid if server.process else 0)
     return report
 
@@ -1042,16 +946,12 @@ def child(args: argparse.Namespace) -> None:
         "meter": lambda: step_meter(ws, day),
         "single_pass": lambda: step_single_pass(ws, day),
         "sample_floor": lambda: step_sample_floor(ws, day),
-        "pandas": lambda: step_pandas(ws, day),
         "rollup": lambda: step_rollup(ws),
         "dashboard": lambda: step_dashboard(ws),
         "dashboard_viewers": lambda: step_dashboard_viewers(ws, args.viewers),
         "promql": lambda: step_promql(ws, args.url, day),
         "prom_pull": lambda: step_prom_pull(ws, args.url, day, args.encoding),
         "bare_http": lambda: step_bare_http(ws, args.url, Path(args.requests), 4, args.encoding),
-        "remote_read": lambda: step_remote_read(
-            ws, args.url, Path(args.requests), 4, args.response, args.prometheus_pid
-        ),
         "record": lambda: Measure(
             "record", ws.gpus, 0.0, len(record_prom_requests(ws, args.url, day).read_text().splitlines())
         ),
@@ -1068,7 +968,6 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--work", required=True, help="scratch directory (needs ~15 GB for 10,000 GPUs x 1 day)")
     r.add_argument("--out", default=str(REPO / "bench" / "results"))
     r.add_argument("--gpus", type=int, default=10_000)
-    r.add_argument("--pandas-gpus", type=int, default=1_000, help="fleet for (c); 0 skips it")
     r.add_argument(
         "--month-gpus", type=int, default=1_000, help="fleet metered day by day for a month; 0 skips"
     )
@@ -1097,12 +996,6 @@ def main(argv: list[str] | None = None) -> int:
         default="gzip",
         help="comma-separated Accept-Encodings to measure (e) and its bare fetch in: gzip, identity",
     )
-    r.add_argument(
-        "--remote-read",
-        default="samples,chunks",
-        help="comma-separated remote-read response types to measure beside the bare fetch: samples, chunks "
-        "(empty skips)",
-    )
     r.add_argument("--repeat", type=int, default=1)
     r.add_argument(
         "--reuse", action="store_true", help="keep a workspace's generated raw files from an earlier run"
@@ -1117,8 +1010,6 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("--url")
     s.add_argument("--requests")
     s.add_argument("--encoding", default="gzip", choices=["gzip", "identity"])
-    s.add_argument("--response", default="samples", choices=["samples", "chunks"])
-    s.add_argument("--prometheus-pid", type=int, default=0, help="the server's pid, for its CPU seconds")
     s.add_argument("--viewers", type=int, default=10)
     s.add_argument("--result", required=True)
     s.set_defaults(func=child)

@@ -1,7 +1,7 @@
-"""The pull's recorded requests replayed: as the pull sends them (bench/fleet.py's `bare_http` step), and as
-Prometheus remote reads (`/api/v1/read`) of the same samples (its `remote_read` step), to measure what each
-costs the server and the wire. Remote read is not a source of gpumeter: bench/README.md says what the
-measurement decided.
+"""The pull's recorded requests replayed as the pull sends them (bench/fleet.py's `bare_http` step), and as
+Prometheus remote reads (`/api/v1/read`) of the same samples. Remote read is not a source of gpumeter: it was
+measured (bench/results/20261204T193259+0000.*) and the PromQL path kept, so the harness no longer runs it;
+the remote-read half stays only for tests/test_remote_read.py and docs/prometheus.md.
 
 The pull asks for raw samples with instant queries of range selectors (`metric{labels}[Nms]` at time T); each
 such request is the remote-read query of the same matchers over [T - N, T] (Prometheus 2's range selectors
