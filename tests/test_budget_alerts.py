@@ -1,4 +1,5 @@
-"""Budget alerts (gpumeter/billing/alerts.py, gpumeter/pipelines/alerts.py, docs/tariffs.md "Budget alerts").
+"""Budget alerts (gpumeter/billing/alerts.py, alert_ledger.py and alert_webhook.py, gpumeter/pipelines/alerts.py,
+docs/tariffs.md "Budget alerts").
 
 Which thresholds a tenant crossed is computed by hand in the comments. Delivery runs in a real Dagster
 instance against a real HTTP receiver on 127.0.0.1 (http.server in a thread) that records every request
@@ -35,17 +36,12 @@ from dagster import (
     build_sensor_context,
 )
 
+from gpumeter.billing.alert_ledger import ledger_path, read_ledger
+from gpumeter.billing.alert_webhook import DeliveryError, post_alert
 from gpumeter.billing.alerts import BudgetAlert, alert_periods, crossed_alerts, due_alerts
 from gpumeter.billing.invoices import Period
 from gpumeter.config import Alerts, ConfigError, parse_config
-from gpumeter.pipelines.alerts import (
-    ALERT_JOB,
-    ALERT_SENSOR,
-    DeliveryError,
-    ledger_path,
-    post_alert,
-    read_ledger,
-)
+from gpumeter.pipelines.alerts import ALERT_JOB, ALERT_SENSOR
 from gpumeter.pipelines.definitions import build_definitions
 from gpumeter.storage.paths import MARTS, TENANT_DAILY_COST
 from gpumeter.storage.warehouse import Warehouse

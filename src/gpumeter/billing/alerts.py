@@ -4,8 +4,9 @@ crossed, and what its message says.
 A tenant with a `monthly_budget` crosses a threshold `t` of `alerts.thresholds` on a basis of `alerts.basis`
 when its month's spend (basis `spend`), or its forecast for the month (basis `forecast`), is at least
 `t × monthly_budget` and above zero; the figures are gpumeter.billing.budgets' (unrounded, every charge type).
-Each such (tenant, month, basis, threshold) is one alert, sent once (gpumeter.pipelines.alerts keeps the
-ledger of those delivered).
+Each such (tenant, month, basis, threshold) is one alert, sent once (gpumeter.billing.alert_ledger keeps
+the ledger of those delivered, gpumeter.billing.alert_webhook posts them, gpumeter.pipelines.alerts runs
+both).
 
 The months looked at follow the metering: the month of the latest metered day and, during the first
 GRACE_DAYS days of a month, the month before, whose last days are metered (or re-metered) after it ended.
@@ -56,6 +57,11 @@ def share_text(share: Decimal | float | str) -> str:
 def percent_text(share: Decimal | float | str) -> str:
     """A threshold as a percentage, without trailing zeros: 0.8 -> `80`, 0.825 -> `82.5`."""
     return share_text(Decimal(str(share)) * 100)
+
+
+def moment_text(moment: datetime | None) -> str | None:
+    """A moment in UTC as ISO 8601 with a `Z` (`2026-11-12T14:00:00Z`), for the ledger and JSON bodies."""
+    return None if moment is None else moment.astimezone(UTC).isoformat().replace("+00:00", "Z")
 
 
 def alert_key(period: str, tenant: str, basis: str, threshold: Decimal | float | str) -> str:
