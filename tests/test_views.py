@@ -466,7 +466,7 @@ def test_a_tenant_viewers_config_holds_its_own_tenant_only(config: Config) -> No
         assert leaked not in text, leaked
     demo = config_for(config, Viewer("tenant", "serving"))
     assert [(t.name, t.cost_center, t.monthly_budget, t.kueue_cluster_queues) for t in demo.tenants] == [
-        ("serving", "CC-2100", 12000, ["serving"])
+        ("serving", "CC-2100", 15000, ["serving"])
     ]
     assert (demo.rate_card, demo.currency, demo.pool) == (config.rate_card, config.currency, config.pool)
 
