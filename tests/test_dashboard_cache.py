@@ -29,9 +29,11 @@ from gpumeter.storage.paths import MARTS
 from gpumeter.storage.replacement import Acceptance
 from gpumeter.storage.warehouse import Warehouse
 from gpumeter.views import cache as cache_module
-from gpumeter.views import scoped as scoped_module
 from gpumeter.views.cache import READS, ReadCache, files_version
-from gpumeter.views.scoped import Filters, Viewer, Views
+from gpumeter.views.filters import Filters
+from gpumeter.views.identity import Viewer
+from gpumeter.views.scoped import Views
+from gpumeter.views.session import cached
 from tests.builders import edit_config, invoiced_by_hand
 from tests.test_views import DAYS, ROLES_YAML, TENANTS, build_metered
 
@@ -299,7 +301,7 @@ class _TornViews(Views):
     calls = 0
     replace_first = True
 
-    @scoped_module._cached("stranded_capacity")
+    @cached("stranded_capacity")
     def torn(self, viewer: Viewer, filters: Filters) -> int:
         type(self).calls += 1
         if type(self).calls == 1:

@@ -18,7 +18,7 @@ from gpumeter.config import IDLE, UNALLOCATED, Config, load_config
 from gpumeter.dashboard import APP as DASHBOARD_APP
 from gpumeter.storage.paths import MARTS
 from gpumeter.storage.warehouse import Warehouse
-from gpumeter.views import scoped
+from gpumeter.views import capacity as capacity_reads
 from gpumeter.views.rightsizing import HolderPeak, advise
 from tests.builders import invoiced_by_hand
 from tests.test_dashboard_scoping import RECORDER, Download, RecordingMediaFileManager
@@ -302,7 +302,7 @@ def test_capacity_draws_one_row_per_gpu_below_the_threshold(
     at = app("ops", "capacity")
     samples = read(config, "intermediate", "int_device_categories")
     gpus = samples.select("cluster", "uuid").n_unique()
-    assert gpus <= scoped.HEATMAP_GPU_ROWS
+    assert gpus <= capacity_reads.HEATMAP_GPU_ROWS
     assert len(_heatmap_rows(at, 0)) == gpus
     assert not [s for s in at.selectbox if s.label == "Node"]  # no drill-down: every GPU is a row
     (heat,) = [d for d in RECORDER.downloads if (d.file_name or "").startswith("gpu_hourly_heatmap_")]
@@ -314,7 +314,7 @@ def test_capacity_groups_rows_above_the_threshold_and_drills_down_to_a_node(
 ) -> None:
     samples = read(config, "intermediate", "int_device_categories")
     nodes = sorted(samples["node"].unique())
-    monkeypatch.setattr(scoped, "HEATMAP_GPU_ROWS", 10)  # the demo's GPUs count as a fleet
+    monkeypatch.setattr(capacity_reads, "HEATMAP_GPU_ROWS", 10)  # the demo's GPUs count as a fleet
     monkeypatch.setattr("streamlit.testing.v1.app_test.MediaFileManager", RecordingMediaFileManager)
     RECORDER.downloads.clear()
     at = app("ops", "capacity")

@@ -17,7 +17,7 @@ from gpumeter.dashboard import APP, warmup
 from gpumeter.pipelines.launch import meter_days
 from gpumeter.storage.replacement import Acceptance
 from gpumeter.views.cache import READS, ReadCache
-from gpumeter.views.scoped import Viewer
+from gpumeter.views.identity import Viewer
 from tests.builders import edit_config
 from tests.test_dashboard_pages import FINANCE_PAGES, TENANT_PAGES
 from tests.test_views import DAYS, ROLES_YAML, build_metered

@@ -17,7 +17,9 @@ from gpumeter.billing.invoices import Period
 from gpumeter.config import parse_config
 from gpumeter.storage.paths import MARTS
 from gpumeter.storage.warehouse import Warehouse
-from gpumeter.views.scoped import Filters, Viewer, Views
+from gpumeter.views.filters import Filters
+from gpumeter.views.identity import Viewer
+from gpumeter.views.scoped import Views
 
 DAY_S = 86_400
 SLICE = pa.decimal128(38, 12)

@@ -23,7 +23,9 @@ from gpumeter.pipelines.launch import invoice_month, meter_days
 from gpumeter.storage.files import WarehouseError
 from gpumeter.storage.paths import MARTS, RAW
 from gpumeter.storage.warehouse import Warehouse
-from gpumeter.views.scoped import Filters, Views, local_viewer
+from gpumeter.views.filters import Filters
+from gpumeter.views.identity import local_viewer
+from gpumeter.views.scoped import Views
 from tests.builders import edit_config
 from tests.s3_server import s3_server
 

@@ -25,7 +25,9 @@ from gpumeter.pipelines.launch import meter_days
 from gpumeter.storage.paths import MARTS
 from gpumeter.storage.warehouse import Warehouse
 from gpumeter.views.cache import ReadCache
-from gpumeter.views.scoped import Filters, Viewer, Views
+from gpumeter.views.filters import Filters
+from gpumeter.views.identity import Viewer
+from gpumeter.views.scoped import Views
 from tests.builders import FactoryBuilder
 
 DAY = date(2026, 11, 2)

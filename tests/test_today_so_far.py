@@ -39,7 +39,10 @@ from gpumeter.storage import paths, provisional
 from gpumeter.storage.files import read_parquet
 from gpumeter.storage.warehouse import Warehouse
 from gpumeter.views.cache import ReadCache
-from gpumeter.views.scoped import Filters, ProvisionalDay, Viewer, Views
+from gpumeter.views.charges import ProvisionalDay
+from gpumeter.views.filters import Filters
+from gpumeter.views.identity import Viewer
+from gpumeter.views.scoped import Views
 from tests.builders import FactoryBuilder
 
 pytestmark = pytest.mark.slow

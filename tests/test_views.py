@@ -29,17 +29,17 @@ from gpumeter.pipelines.launch import invoice_month, meter_days
 from gpumeter.storage.paths import MARTS
 from gpumeter.storage.warehouse import Warehouse
 from gpumeter.views import words
-from gpumeter.views.scoped import (
+from gpumeter.views.csv import frame_csv
+from gpumeter.views.filters import Filters
+from gpumeter.views.identity import (
     AccessDenied,
-    Filters,
     Viewer,
     ViewerError,
-    Views,
     config_for,
-    frame_csv,
     local_viewer,
     viewer_for_identity,
 )
+from gpumeter.views.scoped import Views
 from gpumeter.views.summary import pool_summary
 from tests.builders import invoiced_by_hand
 

@@ -264,7 +264,10 @@ def cmd_today(args: argparse.Namespace) -> int:
     from gpumeter.models.provisional import last_full_hour
     from gpumeter.pipelines.launch import meter_today
     from gpumeter.views.cache import ReadCache
-    from gpumeter.views.scoped import Filters, Viewer, Views, provisional_label
+    from gpumeter.views.charges import provisional_label
+    from gpumeter.views.filters import Filters
+    from gpumeter.views.identity import Viewer
+    from gpumeter.views.scoped import Views
 
     config_path = Path(args.config)
     config = load_config(config_path)

@@ -17,7 +17,9 @@ from gpumeter.config import CONFIG_ENV, DEMO_DIR, Config, ConfigError, load_conf
 from gpumeter.dashboard import warmup
 from gpumeter.dashboard.common import Context, remember
 from gpumeter.storage.warehouse import Warehouse
-from gpumeter.views.scoped import Filters, Viewer, ViewerError, Views, local_viewer, viewer_for_identity
+from gpumeter.views.filters import Filters
+from gpumeter.views.identity import Viewer, ViewerError, local_viewer, viewer_for_identity
+from gpumeter.views.scoped import Views
 
 SCREENS = Path(__file__).parent / "screens"
 # (page script, title, icon) per navigation section; a tenant viewer gets TENANT only.

@@ -13,7 +13,10 @@ import streamlit as st
 
 from gpumeter.config import Config
 from gpumeter.views import words
-from gpumeter.views.scoped import AccessDenied, Filters, Viewer, Views, frame_csv
+from gpumeter.views.csv import frame_csv
+from gpumeter.views.filters import Filters
+from gpumeter.views.identity import AccessDenied, Viewer
+from gpumeter.views.scoped import Views
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,10 @@ from gpumeter.billing.invoices import billed_tenants, invoice_csv, tenant_lines
 from gpumeter.config import IDLE, UNALLOCATED
 from gpumeter.dashboard.common import Context, download, in_words, table
 from gpumeter.storage import paths
-from gpumeter.views import scoped, words
+from gpumeter.views import capacity as capacity_reads
+from gpumeter.views import words
+from gpumeter.views.charges import provisional_label
+from gpumeter.views.quality import is_reported_figure
 
 # Keyed by what a page shows (gpumeter.views.words), since the frames drawn are in words.
 CATEGORY_COLORS = {
@@ -139,7 +142,7 @@ def _sum(values: pl.Series) -> Decimal:
 def charges(ctx: Context) -> None:
     st.title(f"{'Charges' if ctx.viewer.sees_all_tenants else 'What you owe'} — {ctx.filters.period}")
     so_far = ctx.views.provisional_days(ctx.viewer, ctx.filters)
-    label = scoped.provisional_label(so_far)
+    label = provisional_label(so_far)
     # With today's provisional figures: the month to date, the complete days' part apart from today's.
     per_tenant = (ctx.views.month_to_date if so_far else ctx.views.tenant_charges)(ctx.viewer, ctx.filters)
     if per_tenant.is_empty():
@@ -259,7 +262,7 @@ def budgets(ctx: Context) -> None:
         st.info("No spend metered for these filters.")
         return
     so_far = ctx.views.provisional_days(ctx.viewer, ctx.filters)
-    label = scoped.provisional_label(so_far)
+    label = provisional_label(so_far)
     if so_far:
         _provisional_note(label)
         st.caption(
@@ -433,7 +436,7 @@ def usage(ctx: Context) -> None:
         cols[2].metric(
             "Efficiency (used ÷ held)", f"{per_tenant['used_gpu_hours'].sum() / held:.0%}" if held else "—"
         )
-    label = scoped.provisional_label(so_far)
+    label = provisional_label(so_far)
     if so_far:
         _provisional_note(label)
         st.caption("The figures above are complete days; today so far is in the charts below only.")
@@ -504,7 +507,7 @@ def _capacity_heatmap(ctx: Context, measure: str) -> None:
     if not gpus:
         st.info("No GPU samples for these filters.")
         return
-    if gpus <= scoped.HEATMAP_GPU_ROWS:  # read at each run: the one place the threshold is set
+    if gpus <= capacity_reads.HEATMAP_GPU_ROWS:  # read at each run: the one place the threshold is set
         heat = ctx.views.gpu_hourly_heatmap(ctx.viewer, ctx.filters)
         _heatmap(
             _gpu_rows(heat),
@@ -748,9 +751,7 @@ def data_quality(ctx: Context) -> None:
         ("Unobserved GPU-hours (not billed)", f"{quality['unobserved_gpu_hours'].sum():,.1f}"),
     ]
     # Whatever reported columns the marts have (the pipeline may add more): numeric ones as figures.
-    for column in [
-        c for c in quality.columns if scoped.is_reported_figure(c) and quality[c].dtype.is_numeric()
-    ]:
+    for column in [c for c in quality.columns if is_reported_figure(c) and quality[c].dtype.is_numeric()]:
         label = column.replace("_", " ").capitalize().replace("gpu seconds", "GPU-hours")
         scale = 3600 if column.endswith("_seconds") else 1
         figures.append((label, f"{float(quality[column].sum()) / scale:,.{1 if scale > 1 else 0}f}"))

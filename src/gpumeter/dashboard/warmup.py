@@ -22,7 +22,10 @@ from gpumeter.billing.invoices import Period
 from gpumeter.config import Config, load_config
 from gpumeter.storage.warehouse import Warehouse
 from gpumeter.views.cache import READS, ReadCache
-from gpumeter.views.scoped import HEATMAP_GPU_ROWS, Filters, Options, Viewer, Views, local_viewer
+from gpumeter.views.capacity import HEATMAP_GPU_ROWS
+from gpumeter.views.filters import Filters, Options
+from gpumeter.views.identity import Viewer, local_viewer
+from gpumeter.views.scoped import Views
 
 WARMUP_ENV = "GPUMETER_DASHBOARD_WARMUP_S"
 DEFAULT_WARMUP_S = 15.0
