@@ -266,14 +266,14 @@ def test_the_data_layer_marks_provisional_rows(month: Path) -> None:
     views = Views(warehouse_of(month), load_config(month), cache=ReadCache(0))
     filters = Filters(NOV)
     assert views.provisional_days(FINANCE, filters) == [ProvisionalDay(NOV2, THROUGH)]
-    daily = views.daily_charges_so_far(FINANCE, filters)
+    daily = views.daily_charges(FINANCE, filters, so_far=True)
     by_row = {
         (r["day"], r["tenant"]): (r["provisional"], r["through"], r["amount"]) for r in daily.to_dicts()
     }
     assert by_row[(NOV1, "team-a")] == (False, None, D("86.4"))
     assert by_row[(NOV2, "team-a")] == (True, THROUGH, D("50.4"))
     assert by_row[(NOV2, "team-b")] == (True, THROUGH, D("14.4"))
-    mtd = {r["tenant"]: r for r in views.month_to_date(FINANCE, filters).to_dicts()}
+    mtd = {r["tenant"]: r for r in views.tenant_charges(FINANCE, filters, so_far=True).to_dicts()}
     assert (mtd["team-a"]["complete_days_amount"], mtd["team-a"]["provisional_amount"]) == (
         D("86.4"),
         D("50.4"),
@@ -282,8 +282,8 @@ def test_the_data_layer_marks_provisional_rows(month: Path) -> None:
     assert mtd["team-a"]["gpu_hours"] == 24 + 14
     # A tenant viewer gets its own rows, marked the same way.
     tenant = Viewer("tenant", "team-b", identity="test")
-    assert {r["tenant"] for r in views.daily_charges_so_far(tenant, filters).to_dicts()} == {"team-b"}
-    assert [r["amount"] for r in views.month_to_date(tenant, filters).to_dicts()] == [D("43.2")]
+    assert {r["tenant"] for r in views.daily_charges(tenant, filters, so_far=True).to_dicts()} == {"team-b"}
+    assert [r["amount"] for r in views.tenant_charges(tenant, filters, so_far=True).to_dicts()] == [D("43.2")]
     # The final reads are what they were: complete days only.
     final = {r["tenant"]: r["amount"] for r in views.tenant_charges(FINANCE, filters).to_dicts()}
     assert final == {"team-a": D("86.4"), "team-b": D("28.8"), IDLE: D("57.6")}
@@ -291,7 +291,7 @@ def test_the_data_layer_marks_provisional_rows(month: Path) -> None:
 
 def test_budgets_count_the_provisional_day_as_the_part_it_covers(month: Path) -> None:
     views = Views(warehouse_of(month), load_config(month), cache=ReadCache(0))
-    statuses = {s.tenant: s for s in views.budgets_so_far(FINANCE, Filters(NOV))}
+    statuses = {s.tenant: s for s in views.budgets(FINANCE, Filters(NOV), so_far=True)}
     a, b = statuses["team-a"], statuses["team-b"]
     # 1 complete day and 14 hours of Nov 2: 1 + 14/24 = 38/24 days metered.
     assert a.days_elapsed == 1 and a.days_metered == 1 + D(14) / 24 and a.through == THROUGH

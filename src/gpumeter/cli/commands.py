@@ -285,7 +285,7 @@ def cmd_today(args: argparse.Namespace) -> int:
         filters = Filters(Period.of(through.date()), clusters=tuple(args.cluster or ()))
         so_far = views.provisional_days(viewer, filters)
         render.month_to_date(
-            views.month_to_date(viewer, filters),
+            views.tenant_charges(viewer, filters, so_far=True),
             str(filters.period),
             provisional_label(so_far),
             config.currency,

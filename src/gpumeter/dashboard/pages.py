@@ -144,7 +144,7 @@ def charges(ctx: Context) -> None:
     so_far = ctx.views.provisional_days(ctx.viewer, ctx.filters)
     label = provisional_label(so_far)
     # With today's provisional figures: the month to date, the complete days' part apart from today's.
-    per_tenant = (ctx.views.month_to_date if so_far else ctx.views.tenant_charges)(ctx.viewer, ctx.filters)
+    per_tenant = ctx.views.tenant_charges(ctx.viewer, ctx.filters, so_far=bool(so_far))
     if per_tenant.is_empty():
         st.info("No charges metered for these filters.")
         return
@@ -200,7 +200,7 @@ def charges(ctx: Context) -> None:
     table(ctx, per_tenant, "month_to_date" if so_far else "tenant_charges", money=money)
     _glossary(ctx)
     daily = (
-        _basis(ctx.views.daily_charges_so_far(ctx.viewer, ctx.filters), label)
+        _basis(ctx.views.daily_charges(ctx.viewer, ctx.filters, so_far=True), label)
         if so_far
         else ctx.views.daily_charges(ctx.viewer, ctx.filters)
     )
@@ -257,7 +257,7 @@ def budgets(ctx: Context) -> None:
     st.title(f"Budgets — {ctx.filters.period}")
     # Scoped by the data layer, config included: a tenant viewer's budgets hold its own tenant only. With
     # today's provisional figures the spend counts them, and the forecast their part of the day.
-    statuses = ctx.views.budgets_so_far(ctx.viewer, ctx.filters)
+    statuses = ctx.views.budgets(ctx.viewer, ctx.filters, so_far=True)
     if not statuses:
         st.info("No spend metered for these filters.")
         return
@@ -440,7 +440,7 @@ def usage(ctx: Context) -> None:
     if so_far:
         _provisional_note(label)
         st.caption("The figures above are complete days; today so far is in the charts below only.")
-        daily = _basis(ctx.views.daily_charges_so_far(ctx.viewer, ctx.filters), label)
+        daily = _basis(ctx.views.daily_charges(ctx.viewer, ctx.filters, so_far=True), label)
     else:
         daily = ctx.views.daily_charges(ctx.viewer, ctx.filters)
     daily = daily.filter(pl.col("tenant") != IDLE).with_columns(

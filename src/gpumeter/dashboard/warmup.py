@@ -65,14 +65,14 @@ def page_reads(views: Views, viewer: Viewer, filters: Filters) -> None:
     defaults."""
     so_far = views.provisional_days(viewer, filters)
     if so_far:  # charges and usage show the month to date with today's provisional part
-        views.month_to_date(viewer, filters)
-        views.daily_charges_so_far(viewer, filters)
+        views.tenant_charges(viewer, filters, so_far=True)
+        views.daily_charges(viewer, filters, so_far=True)
     else:
         views.daily_charges(viewer, filters)
     views.tenant_charges(viewer, filters)
     views.monthly_charges(viewer, filters)
     views.usage_by_model(viewer, filters)
-    views.budgets_so_far(viewer, filters)
+    views.budgets(viewer, filters, so_far=True)
     views.invoice_lines(viewer, filters)
     views.invoice_status(filters)
     views.idle_holders(viewer, filters)

@@ -53,10 +53,14 @@ class ChargeReads(Session):
         """How far the period's figures go, in words (gpumeter.billing.status.data_through)."""
         return data_through(filters.period, metered_days(self.warehouse, str(filters.period)))
 
-    @cached("tenant_daily_cost")
-    def tenant_charges(self, viewer: Viewer, filters: Filters) -> pl.DataFrame:
+    def tenant_charges(self, viewer: Viewer, filters: Filters, so_far: bool = False) -> pl.DataFrame:
         """Per tenant over the period: GPU-hours held and used, efficiency (R10) and the charge (R9), the
-        amount its invoice says (each line rounded once, R12)."""
+        amount its invoice says (each line rounded once, R12). With `so_far`, the month to date: today's
+        provisional figures too (`_month_to_date`)."""
+        return self._month_to_date(viewer, filters) if so_far else self._tenant_charges(viewer, filters)
+
+    @cached("tenant_daily_cost")
+    def _tenant_charges(self, viewer: Viewer, filters: Filters) -> pl.DataFrame:
         where = self._where(viewer, filters)
         sql = f"""
             select tenant, any_value(cost_center) as cost_center,
@@ -72,8 +76,13 @@ class ChargeReads(Session):
             return hours
         return self._in_charge_order(hours.join(self._invoiced(where), on="tenant", how="left"))
 
+    def daily_charges(self, viewer: Viewer, filters: Filters, so_far: bool = False) -> pl.DataFrame:
+        """Per day and tenant: the charge and GPU-hours held and used. With `so_far`, today's provisional
+        figures too, every row marked (`_daily_charges_so_far`)."""
+        return self._daily_charges_so_far(viewer, filters) if so_far else self._daily_charges(viewer, filters)
+
     @cached("tenant_daily_cost")
-    def daily_charges(self, viewer: Viewer, filters: Filters) -> pl.DataFrame:
+    def _daily_charges(self, viewer: Viewer, filters: Filters) -> pl.DataFrame:
         where = self._where(viewer, filters)
         sql = f"""
             select day, tenant, sum(amount) as amount, sum(gpu_seconds) / 3600 as gpu_hours,
@@ -128,8 +137,13 @@ class ChargeReads(Session):
         sql = f"select * from tenant_daily_cost where {where.sql}"
         return self.con.sql(sql, params=where.params).to_arrow_table()
 
+    def budgets(self, viewer: Viewer, filters: Filters, so_far: bool = False) -> list[BudgetStatus]:
+        """Budget positions of the tenants in scope (`_budgets`). With `so_far`, today's provisional figures
+        counted too (`_budgets_so_far`)."""
+        return self._budgets_so_far(viewer, filters) if so_far else self._budgets(viewer, filters)
+
     @cached("tenant_daily_cost")
-    def budgets(self, viewer: Viewer, filters: Filters) -> list[BudgetStatus]:
+    def _budgets(self, viewer: Viewer, filters: Filters) -> list[BudgetStatus]:
         """Budget positions (gpumeter/billing/budgets.py) of the tenants in scope: a tenant viewer's hold its
         own tenant only, whatever the config lists; finance's hold the tenants its tenant filter picks (all
         when none is picked). The budgets and cost centers come from the viewer's config (`config_for`).
@@ -240,7 +254,7 @@ class ChargeReads(Session):
         found = provisional.days(self.warehouse, paths.TENANT_DAILY_COST)
         return sorted({f"{day:%Y-%m}" for _, day in found}, reverse=True)
 
-    def daily_charges_so_far(self, viewer: Viewer, filters: Filters) -> pl.DataFrame:
+    def _daily_charges_so_far(self, viewer: Viewer, filters: Filters) -> pl.DataFrame:
         """`daily_charges` with today's provisional figures: per day, tenant and `provisional` (true on the
         rows of a day metered so far, with its `through`)."""
         where = self._where(viewer, filters)
@@ -260,7 +274,7 @@ class ChargeReads(Session):
             lambda: _polars(self._with_provisional(filters, sql, where.params)),
         )
 
-    def month_to_date(self, viewer: Viewer, filters: Filters) -> pl.DataFrame:
+    def _month_to_date(self, viewer: Viewer, filters: Filters) -> pl.DataFrame:
         """`tenant_charges` up to now: per tenant, the complete days' amount (what the draft invoice says),
         the provisional part of today so far (`provisional_amount`, its lines rounded as an invoice's, with
         its `through`) and their sum (`amount`); GPU-hours of both."""
@@ -314,11 +328,11 @@ class ChargeReads(Session):
 
         return self._so_far("month_to_date", viewer, filters, read)
 
-    def budgets_so_far(self, viewer: Viewer, filters: Filters) -> list[BudgetStatus]:
+    def _budgets_so_far(self, viewer: Viewer, filters: Filters) -> list[BudgetStatus]:
         """`budgets` with today's provisional figures counted (gpumeter/billing/budgets.py): their spend is
         spent, and their day counts as the part of it they cover. Days count pool-wide, as in `budgets`."""
         if not self.provisional_days(viewer, filters):
-            return self.budgets(viewer, filters)
+            return self._budgets(viewer, filters)
         scope, pool = self._where(viewer, filters), self._pool_where(filters, model_col="gpu_model")
 
         def sql(source: str) -> str:
