@@ -1037,7 +1037,7 @@ def _models() -> list[type[BaseModel]]:
         for value in vars(config_module).values()
         if isinstance(value, type)
         and issubclass(value, BaseModel)
-        and value.__module__ == config_module.__name__
+        and value.__module__.startswith(f"{config_module.__name__}.")
         and not value.__name__.startswith("_")
     ]
 
