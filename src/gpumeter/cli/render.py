@@ -112,7 +112,7 @@ def today_runs(done: Sequence[dict[str, Any]]) -> None:
 
 
 def month_to_date(frame: pl.DataFrame, period: str, label: str, currency: str) -> None:
-    """Each tenant's month to date (gpumeter.views.scoped.Views.month_to_date): the complete days, today's
+    """Each tenant's month to date (Views.tenant_charges with so_far): the complete days, today's
     provisional part (`label`: through 14:00 UTC, provisional) and their sum."""
     if frame.is_empty():
         console.print(f"Nothing metered in {period} yet.")

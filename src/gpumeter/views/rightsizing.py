@@ -26,7 +26,7 @@ MIB_PER_GB = 1000  # conservative: an instance's usable memory is below its nomi
 
 @dataclass(frozen=True)
 class HolderPeak:
-    """One holder of one whole GPU over the window (gpumeter/views/scoped.py `whole_gpu_holders`)."""
+    """One holder of one whole GPU over the window (gpumeter/views/capacity.py `whole_gpu_holders`)."""
 
     cluster: str
     node: str
