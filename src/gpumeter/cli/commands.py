@@ -195,9 +195,9 @@ def copy_invoices(config_path: Path, days: list[date], out: Path) -> Path:
 
 def _missing_sources(file: str, config: Config) -> list[tuple[str, str]]:
     """The `kind: parquet` source folders that do not exist, each with its place (and line) in the file."""
-    from gpumeter.config import _read_yaml
+    from gpumeter.config.yaml_text import yaml_with_lines
 
-    lines = _read_yaml(Path(file).read_text(encoding="utf-8"))[1]
+    lines = yaml_with_lines(Path(file).read_text(encoding="utf-8"))[1]
     missing = []
     for i, cluster in enumerate(config.clusters):
         source = cluster.source

@@ -28,4 +28,4 @@ from gpumeter.config.settings import (
 )
 from gpumeter.config.sources import Cluster, ParquetSource, PrometheusSource
 from gpumeter.config.tenants import DatedRules, PodLabelRule, Tenant
-from gpumeter.config.yaml_text import MAX_CONFIG_CHARS, _read_yaml
+from gpumeter.config.yaml_text import MAX_CONFIG_CHARS

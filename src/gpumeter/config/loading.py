@@ -23,7 +23,7 @@ from gpumeter.config.common import MAX_BUDGET, MAX_PRICE, REFUSES, ConfigError, 
 from gpumeter.config.model import Config
 from gpumeter.config.sources import ParquetSource
 from gpumeter.config.tenants import _BUCKET_SLUGS, DatedRules, Tenant, _slug_clash
-from gpumeter.config.yaml_text import MAX_CONFIG_CHARS, _read_yaml, _TextProblems
+from gpumeter.config.yaml_text import MAX_CONFIG_CHARS, _TextProblems, yaml_with_lines
 
 # Where a config comes from when none is named: $GPUMETER_CONFIG, else the demo's (`gpumeter demo` writes it),
 # else the example shipped in the package.
@@ -140,7 +140,7 @@ def _name_problems(raw: dict[str, Any]) -> list[tuple[tuple[Any, ...], str]]:
 def parse_config(text: str, source: str = "<config>", base_dir: Path | None = None) -> Config:
     """Parse and validate; every problem is reported with its place (and line) in the file."""
     try:
-        raw, lines = _read_yaml(text)
+        raw, lines = yaml_with_lines(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else ""

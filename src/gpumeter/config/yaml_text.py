@@ -104,7 +104,7 @@ def _key_of(loader: _ConfigLoader, key: yaml.Node) -> object:
     return (key.tag, id(key))  # a complex key: never a repeat of another
 
 
-def _read_yaml(text: str) -> tuple[Any, dict[str, int]]:
+def yaml_with_lines(text: str) -> tuple[Any, dict[str, int]]:
     """The YAML text as Python data, and the line of each place in it (`tenants[2].namespaces[0]` -> 9).
     yaml.YAMLError for text that is not YAML; _TextProblems for what the config refuses of YAML itself:
     aliases, nesting past MAX_DEPTH, values over MAX_SCALAR_CHARS, merge keys, a key given twice in one
