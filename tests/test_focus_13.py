@@ -15,12 +15,12 @@ from focus_validator import validate_focus_csv
 from test_invoices import config, daily
 from test_periods import NOV_ROWS, _store
 
+from gpumeter.billing import invoice_checks as checks
 from gpumeter.billing import periods
 from gpumeter.billing.focus import FOCUS_COLUMNS, focus_csv
 from gpumeter.billing.invoices import LineSums, Period, build_invoice_lines, lines_table, make_lines
 from gpumeter.billing.month import roll_up_month
 from gpumeter.config import parse_config
-from gpumeter.pipelines import checks
 from gpumeter.storage import paths
 from gpumeter.storage.warehouse import Warehouse
 

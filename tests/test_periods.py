@@ -20,9 +20,9 @@ from hypothesis import strategies as st
 from test_invoices import DEC, config, daily
 
 from gpumeter.billing import adjustments, periods
+from gpumeter.billing import invoice_checks as checks
 from gpumeter.billing.invoices import Period, round_money
 from gpumeter.billing.month import export_month, roll_up_month
-from gpumeter.pipelines import checks
 from gpumeter.storage import audit, paths
 from gpumeter.storage.paths import MARTS
 from gpumeter.storage.warehouse import Warehouse
