@@ -1,4 +1,4 @@
-"""Budget alerts (gpumeter/billing/alerts.py, alert_ledger.py and alert_webhook.py, gpumeter/pipelines/alerts.py,
+"""Budget alerts (gpumeter/billing/alerts.py, alert_ledger.py and alert_webhook.py, gpumeter/pipelines/alert_delivery.py,
 docs/tariffs.md "Budget alerts").
 
 Which thresholds a tenant crossed is computed by hand in the comments. Delivery runs in a real Dagster
@@ -41,7 +41,7 @@ from gpumeter.billing.alert_webhook import DeliveryError, post_alert
 from gpumeter.billing.alerts import BudgetAlert, alert_periods, crossed_alerts, due_alerts
 from gpumeter.billing.invoices import Period
 from gpumeter.config import Alerts, ConfigError, parse_config
-from gpumeter.pipelines.alerts import ALERT_JOB, ALERT_SENSOR
+from gpumeter.pipelines.alert_delivery import ALERT_JOB, ALERT_SENSOR
 from gpumeter.pipelines.definitions import build_definitions
 from gpumeter.storage.paths import MARTS, TENANT_DAILY_COST
 from gpumeter.storage.warehouse import Warehouse

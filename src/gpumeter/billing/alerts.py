@@ -5,7 +5,7 @@ A tenant with a `monthly_budget` crosses a threshold `t` of `alerts.thresholds` 
 when its month's spend (basis `spend`), or its forecast for the month (basis `forecast`), is at least
 `t × monthly_budget` and above zero; the figures are gpumeter.billing.budgets' (unrounded, every charge type).
 Each such (tenant, month, basis, threshold) is one alert, sent once (gpumeter.billing.alert_ledger keeps
-the ledger of those delivered, gpumeter.billing.alert_webhook posts them, gpumeter.pipelines.alerts runs
+the ledger of those delivered, gpumeter.billing.alert_webhook posts them, gpumeter.pipelines.alert_delivery runs
 both).
 
 The months looked at follow the metering: the month of the latest metered day and, during the first

@@ -1,10 +1,10 @@
-"""Configuration: one YAML file, validated by pydantic; docs/config.md explains every field. common.py holds what
+"""Configuration: one YAML file, validated by pydantic; docs/config.md explains every field. base.py holds what
 every section shares (bucket names, bounds, validators, ConfigError); sources.py, prices.py, tenants.py and
 settings.py the sections; model.py Config itself; yaml_text.py the YAML text read with the line of each place;
 loading.py a file to a Config, its warnings and its JSON Schema. This face hands on the names importers use."""
 
 # ruff: noqa: F401
-from gpumeter.config.common import IDLE, REFUSES, RESERVED_BUCKETS, UNALLOCATED, ConfigError, tenant_slug
+from gpumeter.config.base import IDLE, REFUSES, RESERVED_BUCKETS, UNALLOCATED, ConfigError, tenant_slug
 from gpumeter.config.loading import (
     CONFIG_ENV,
     DEMO_DIR,

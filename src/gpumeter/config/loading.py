@@ -19,7 +19,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 from pydantic_core import ErrorDetails
 
-from gpumeter.config.common import MAX_BUDGET, MAX_PRICE, REFUSES, ConfigError, _preview, tenant_slug
+from gpumeter.config.base import MAX_BUDGET, MAX_PRICE, REFUSES, ConfigError, _preview, tenant_slug
 from gpumeter.config.model import Config
 from gpumeter.config.sources import ParquetSource
 from gpumeter.config.tenants import _BUCKET_SLUGS, DatedRules, Tenant, _slug_clash

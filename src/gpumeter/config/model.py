@@ -8,7 +8,7 @@ from typing import Literal
 
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
-from gpumeter.config.common import (
+from gpumeter.config.base import (
     ISO_4217_PUBLISHED,
     MAX_TEXT_CHARS,
     RESERVED_BUCKETS,

@@ -11,7 +11,7 @@ from typing import Annotated, Literal, TypeVar
 
 from pydantic import AfterValidator, Field, field_validator
 
-from gpumeter.config.common import MAX_PRICE, MAX_TEXT_CHARS, _invoice_text, _Model
+from gpumeter.config.base import MAX_PRICE, MAX_TEXT_CHARS, _invoice_text, _Model
 
 Price = Annotated[float, Field(ge=0, le=MAX_PRICE)]
 _MIG_PROFILE = re.compile(r"^(\d+)g\.(\d+)gb(\+me)?$")

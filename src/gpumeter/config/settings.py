@@ -8,7 +8,7 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from gpumeter.config.common import _Model
+from gpumeter.config.base import _Model
 
 # URI schemes of a warehouse on an object store, and the fsspec driver package each one needs.
 OBJECT_STORE_DRIVERS = {

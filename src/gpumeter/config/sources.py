@@ -7,7 +7,7 @@ from typing import Annotated, ClassVar, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from gpumeter.config.common import _FILE_NAME, MAX_NAME_CHARS, _file_name_part, _Model
+from gpumeter.config.base import _FILE_NAME, MAX_NAME_CHARS, _file_name_part, _Model
 
 
 class ParquetSource(_Model):

@@ -9,7 +9,7 @@ from typing import Annotated
 
 from pydantic import AfterValidator, Field, field_validator, model_validator
 
-from gpumeter.config.common import (
+from gpumeter.config.base import (
     _FILE_NAME,
     IDLE,
     MAX_BUDGET,

@@ -7,7 +7,7 @@ from typing import Any
 
 import yaml
 
-from gpumeter.config.common import MAX_NAME_CHARS, MAX_TEXT_CHARS, REFUSES
+from gpumeter.config.base import MAX_NAME_CHARS, MAX_TEXT_CHARS, REFUSES
 
 # Bounds of the text itself: checked while the YAML is composed, before any Python object is built, so that a
 # hostile or mistyped file is refused at once instead of running away with memory.

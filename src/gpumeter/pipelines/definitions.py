@@ -18,7 +18,7 @@ from dagster import (
 )
 
 from gpumeter.config import default_config_path, load_config
-from gpumeter.pipelines.alerts import budget_alert_definitions
+from gpumeter.pipelines.alert_delivery import budget_alert_definitions
 from gpumeter.pipelines.assets import build_day_assets
 from gpumeter.pipelines.billing_assets import BILLING_ASSETS
 from gpumeter.pipelines.k8s_snapshots import k8s_snapshot_definitions
