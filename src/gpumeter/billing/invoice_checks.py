@@ -11,7 +11,6 @@ from decimal import Decimal
 from pathlib import Path
 
 from gpumeter.billing.adjustments import corrected_periods
-from gpumeter.billing.findings import Finding, column_total
 from gpumeter.billing.invoices import Period, Reconciliation, build_invoice_lines
 from gpumeter.billing.periods import (
     closed_lines_path,
@@ -24,6 +23,7 @@ from gpumeter.billing.periods import (
 )
 from gpumeter.billing.refusals import MonthRefused
 from gpumeter.config import Config
+from gpumeter.models.findings import Finding, column_total
 from gpumeter.storage import paths
 from gpumeter.storage.paths import MARTS
 from gpumeter.storage.warehouse import Warehouse

@@ -1,4 +1,4 @@
-"""Asset checks as Dagster runs them: the specs, and each check's finding (gpumeter.billing.day_checks for a
+"""Asset checks as Dagster runs them: the specs, and each check's finding (gpumeter.models.day_checks for a
 metered (cluster, day), gpumeter.billing.invoice_checks for an invoiced month) as an AssetCheckResult.
 
 The day's checks are evaluated by the `day_accounting` multi-asset right after it writes its partition, so
@@ -13,11 +13,12 @@ from typing import Any
 import pyarrow as pa
 from dagster import AssetCheckResult, AssetCheckSeverity, AssetCheckSpec, MetadataValue
 
-from gpumeter.billing import day_checks, invoice_checks
-from gpumeter.billing.findings import Finding
+from gpumeter.billing import invoice_checks
 from gpumeter.billing.invoices import Reconciliation
 from gpumeter.billing.refusals import MonthRefused
 from gpumeter.config import Config
+from gpumeter.models import day_checks
+from gpumeter.models.findings import Finding
 from gpumeter.storage.warehouse import Warehouse
 
 CHECK_SPECS = [

@@ -18,9 +18,9 @@ from decimal import Decimal
 
 import pyarrow as pa
 
-from gpumeter.billing.findings import Finding, column_total
 from gpumeter.config import UNALLOCATED, Config
 from gpumeter.ingest.contract import SLOW_SCRAPE_INTERVALS
+from gpumeter.models.findings import Finding, column_total
 
 EPSILON = 1e-9
 
