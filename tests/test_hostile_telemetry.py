@@ -29,9 +29,9 @@ from gpumeter.ingest.schema import (
     DCGM_TEMP,
     DCGM_XID,
 )
+from gpumeter.models.day_checks import quarantined_samples
 from gpumeter.models.project import AccountingError, load_models
 from gpumeter.models.runner import _load_raw, _set_variables, check_assertions, meter_day
-from gpumeter.pipelines.checks import quarantined_samples
 from tests.test_rules import (
     A100,
     H100,
@@ -315,7 +315,7 @@ def test_a_clean_day_passes_the_quarantine_check() -> None:
     f.samples("GPU-1", [0, 0, 1], util=50, pod=P1)  # a deduplicated copy is R1, not a warning
     result = quarantined_samples({"c1": meter(f)})
     assert result.passed
-    assert result.metadata["deduplicated_copies"].value == 1
+    assert result.figures["deduplicated_copies"] == 1
 
 
 # --- identity: UUID, node, MIG labels, cluster -----------------------------------------------
@@ -337,7 +337,7 @@ def test_rows_without_a_uuid_are_dropped_and_their_gpu_seconds_shown() -> None:
     q = quality(out)
     assert (q["quarantined_samples"], q["dropped_gpu_seconds"], q["observed_gpu_seconds"]) == (3, D(180), 120)
     result = quarantined_samples({"c1": out})
-    assert not result.passed and result.metadata["dropped_gpu_seconds"].value == "180.000000000000"
+    assert not result.passed and str(result.figures["dropped_gpu_seconds"]) == "180.000000000000"
 
 
 def test_vgpu_copies_that_disagree_across_two_nodes_are_reported_once_at_the_first_node() -> None:

@@ -19,8 +19,8 @@ import yaml
 import gpumeter_sim as simulator
 from gpumeter.config import ConfigError, parse_config
 from gpumeter.ingest.contract import day_bounds_ms
+from gpumeter.models.day_checks import kueue_sampled_once_per_interval
 from gpumeter.models.runner import meter_day
-from gpumeter.pipelines.checks import kueue_sampled_once_per_interval
 from tests.test_properties import BASE_CONFIG, raw_day
 from tests.test_rules import H100, P1, P2, factory, make_config, meter, one, rows
 
@@ -99,8 +99,8 @@ def test_a_queue_scraped_by_two_jobs_reads_twice_and_its_check_warns() -> None:
     twice = one(out, "mart_queue_quota_usage", cluster_queue="cq-twice")
     assert (twice["samples"], twice["nominal_quota_seconds"]) == (2880, D(2 * 4 * 86_400))
     check = kueue_sampled_once_per_interval({"c1": out}, config)
-    assert not check.passed and check.severity.value == "WARN"
-    assert check.metadata["samples_by_queue"].data == {"c1/cq-twice/default-flavor/nvidia.com/gpu": 2880}
+    assert not check.passed and check.severity == "WARN"
+    assert check.figures["samples_by_queue"] == {"c1/cq-twice/default-flavor/nvidia.com/gpu": 2880}
 
 
 def test_a_queue_scraped_every_other_interval_reads_half_and_its_check_warns() -> None:
@@ -122,11 +122,11 @@ def test_a_queue_scraped_every_other_interval_reads_half_and_its_check_warns() -
     assert (slow["samples"], slow["sample_interval_s"]) == (720, 120.0)
     assert slow["nominal_quota_seconds"] == D(4 * 43_200)  # 720 samples × 60 s × 4 GPUs
     check = kueue_sampled_once_per_interval({"c1": out}, config)
-    assert not check.passed and check.severity.value == "WARN"
-    assert check.metadata["seconds_between_samples_by_queue"].data == {
+    assert not check.passed and check.severity == "WARN"
+    assert check.figures["seconds_between_samples_by_queue"] == {
         "c1/cq-slow/default-flavor/nvidia.com/gpu": 120.0
     }
-    assert check.metadata["samples_by_queue"].data == {}
+    assert check.figures["samples_by_queue"] == {}
 
 
 def test_the_kueue_check_passes_on_the_hand_made_day() -> None:

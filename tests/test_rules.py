@@ -21,9 +21,9 @@ import yaml
 from gpumeter.config import IDLE, UNALLOCATED, Config, parse_config
 from gpumeter.ingest.schema import DCGM_GPU_UTIL
 from gpumeter.models.catalog import CatalogWarning
+from gpumeter.models.day_checks import coverage
 from gpumeter.models.project import AccountingError
 from gpumeter.models.runner import meter_day
-from gpumeter.pipelines.checks import coverage
 from tests.builders import FactoryBuilder
 
 DAY = date(2026, 11, 1)
@@ -175,7 +175,7 @@ def test_r1_a_gpu_sampled_twice_within_half_an_interval_is_billed_as_it_came_and
     assert (quality["repeated_scrape_samples"], quality["repeated_scrape_gpu_seconds"]) == (3, 180.0)
     assert quality["observed_gpu_seconds"] == 660.0 and pool_cost(out) == D("0.66")
     check = coverage({"c1": out}, make_config())
-    assert not check.passed and check.metadata["repeated_scrapes"].value == ["c1/n1: 3 samples"]
+    assert not check.passed and check.figures["repeated_scrapes"] == ["c1/n1: 3 samples"]
     # Without the repeats, nothing is reported and the check passes (every expected GPU-second observed).
     clean = meter(factory().gpu("n1", "GPU-1", H100).samples("GPU-1", range(4), util=50))
     assert one(clean, "mart_data_quality", node="n1")["repeated_scrape_samples"] == 0
