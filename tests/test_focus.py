@@ -6,6 +6,7 @@ import json
 from datetime import date
 from decimal import Decimal
 
+import pyarrow as pa
 from focus_validator import validate_focus_csv
 from test_invoices import config, daily
 
@@ -30,8 +31,9 @@ ROWS = [
 ]
 
 
-def _december_with_correction():
-    usage = build_invoice_lines(daily(ROWS), config(), DEC).to_pylist()
+def _december_with_correction(daily_rows: pa.Table | None = None) -> pa.Table:
+    """December's lines (ROWS, or `daily_rows`) and one adjustment line for November."""
+    usage = build_invoice_lines(daily(ROWS) if daily_rows is None else daily_rows, config(), DEC).to_pylist()
     # R16: one more GPU-hour of November for ml-training, at 4.0 per GPU-hour.
     late = {
         ("ml-training", "reserved", "H100-80GB", ""): LineSums(

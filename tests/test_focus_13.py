@@ -12,13 +12,14 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 from focus_validator import validate_focus_csv
+from test_focus import _december_with_correction, _rows
 from test_invoices import config, daily
 from test_periods import NOV_ROWS, _store
 
 from gpumeter.billing import invoice_checks as checks
 from gpumeter.billing import periods
 from gpumeter.billing.focus import FOCUS_COLUMNS, focus_csv
-from gpumeter.billing.invoices import LineSums, Period, build_invoice_lines, lines_table, make_lines
+from gpumeter.billing.invoices import Period, build_invoice_lines
 from gpumeter.billing.month import roll_up_month
 from gpumeter.config import parse_config
 from gpumeter.storage import paths
@@ -111,18 +112,7 @@ def _lines() -> pa.Table:
     table = table.append_column(
         "energy_joules", pa.array([Decimal(r[7]) for r in ROWS], pa.decimal128(38, 12))
     )
-    usage = build_invoice_lines(table, config(), DEC).to_pylist()
-    # R16: one more GPU-hour of November for ml-training, at 4.00.
-    late = {
-        ("ml-training", "reserved", "H100-80GB", ""): LineSums(
-            device_hours=Decimal(1), gpu_hours=Decimal(1), amount=Decimal(4)
-        )
-    }
-    return lines_table(usage + make_lines(late, config(), DEC, corrects=NOV))
-
-
-def _rows(text: str) -> list[dict[str, str]]:
-    return list(csv.DictReader(io.StringIO(text)))
+    return _december_with_correction(table)  # with R16's late GPU-hour of November for ml-training
 
 
 def _by_line(text: str) -> dict[tuple[str, str, str], dict[str, str]]:
