@@ -1,9 +1,7 @@
--- One row per device sample × holder, for the device samples not held by one labelled pod alone: the pods
--- that hold a device at a sample (R5: DCGM pod labels, KAI GPU groups, DRA claims) and each holder's exact share
--- of it (R6). A pod that holds a sample alone is the device sample's own `holder_key` (int_gpu_samples,
--- int_mig_instance_samples) and holds the share int_holders gives it: those samples, nearly all of a day's, are
--- not repeated here. Devices and holders by their integer keys (stg_dcgm_series, int_holders);
--- int_device_holders shows every holder of every device sample with names.
+-- The holders of the device samples one labelled pod does not hold alone (R5: several pods' labels, KAI GPU
+-- groups, DRA claims) and each one's exact share (R6), by integer keys. A pod that holds a sample alone is the
+-- sample's own `holder_key` with the share int_holders gives it: those samples, nearly all of a day's, are
+-- not repeated here.
 with series_holders as (
     -- Pod labels on a series name its holder (R5); copies of one device for several pods are one device
     -- shared by them (R6): the sample pass lists the pods of each such sample.

@@ -12,10 +12,9 @@ with read_rows as (
         -- series has one key and no two series share one.
         series_key,
         holder_unverified,
-        -- A list search, not `metric in (...)`: DuckDB plans an IN of six names as a join, which every reader
-        -- of the view then pays for on every raw row, whether it reads this column or not. A row with no
-        -- metric name is of no metric read (false, where an IN would say null). POWER_USAGE is not read: no
-        -- figure uses a sample's power, and the Prometheus source does not pull it.
+        -- A list search, not `metric in (...)`, which DuckDB would plan as a join paid on every raw row.
+        -- A row with no metric name is of no metric read (false, where an IN would say null). POWER_USAGE is
+        -- not read: no figure uses a sample's power, and the Prometheus source does not pull it.
         list_position([
             'DCGM_FI_PROF_GR_ENGINE_ACTIVE',
             'DCGM_FI_DEV_GPU_UTIL',
@@ -33,14 +32,13 @@ with read_rows as (
         ) as observes
     from raw_dcgm_samples
 )
--- Each judgement column is its own expression, none built on another: DuckDB inlines a view's columns, so a
--- column read from another would evaluate the whole judgement again on every raw row. No macros: the view is
--- also made on its own, from the raw rows and the variables alone (tests/test_hostile_telemetry.py).
+-- Each judgement column is its own expression, none built on another, so that no judgement is evaluated twice.
+-- No macros: the view is also made on its own, from the raw rows and the variables alone
+-- (tests/test_hostile_telemetry.py).
 select
     *,
     -- Rows that are not the day's device samples at all (R1, R2, R3): the first four reasons below. Written as
-    -- the negation of what a kept row is, so that a reader's `not dropped` is a conjunction: DuckDB settles a
-    -- test of one column from each row group's statistics where it can, instead of on every row.
+    -- the negation of what a kept row is, so that a reader's `not dropped` can be settled from row group statistics.
     not (
         cluster is not distinct from getvariable('cluster')
         and ts_ms is not null and ts_ms >= getvariable('window_start_ms') and ts_ms < getvariable('day_end_ms')

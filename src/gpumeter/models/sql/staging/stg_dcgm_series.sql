@@ -1,10 +1,7 @@
--- One row per DCGM series of the day and its lookback: the labels the accounting reads (R1, R3, R5), once per
--- series; `series_key` names it in the raw rows (read by the sample pass). Dense integer keys of the series'
--- GPU, device, node, model, MIG profile and holder let the per-sample models group and join integers, not
--- strings; each is ranked in name order, so the least key is the least name (the least node key picks the
--- first node by name, R4). The node is the series' Hostname where kube-state-metrics knows it as a node, else
--- the node kube-state-metrics places the pod of that name on (a dcgm-exporter without NODE_NAME writes its own
--- pod's name, R4), else the Hostname as it came.
+-- The labels the accounting reads, once per series instead of once per raw row, so that the per-sample models
+-- group and join dense integer keys, not strings; keys are ranked in name order, so the least node key is the
+-- first node by name (R4). The node is the Hostname kube-state-metrics knows, else the node of the pod so
+-- named (a dcgm-exporter without NODE_NAME), else the Hostname as it came (R4).
 with labelled as (
     -- Grouped by the one integer key, not by the nine labels: each row's labels are hashed once instead of
     -- compared as strings in the group-by, and a key whose rows differ in any label shows two hashes. A label

@@ -35,8 +35,7 @@ pieces as (
     join segments as g on g.scrape_target = s.scrape_target and s.ts_ms <= g.to_ms and s.last_ms >= g.from_ms
 ),
 starts as materialized (
-    -- Materialized, so that each piece meets its first scrape, then its last: left to itself, the planner
-    -- can join the two scrape lookups to each other first, every scrape of a target with every other one.
+    -- Materialized, so that each piece meets its first scrape, then its last, never every scrape with every other.
     select p.*, a.scrape_index as from_index
     from pieces as p
     join stg_kube_target_scrapes as a on a.scrape_target = p.scrape_target and a.ts_ms = p.from_ms
