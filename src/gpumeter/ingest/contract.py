@@ -99,8 +99,8 @@ class RawDay:
 @dataclass(frozen=True)
 class RawFiles:
     """Raw samples of one cluster as stored Parquet files (the day with its lookback), by raw table name.
-    DuckDB scans them where they lie, local or on an object store (UPath): a 10,000-GPU day never has to
-    fit in Python memory (bench/)."""
+    DuckDB scans them where they lie, local or on an object store (UPath): a fleet's day never has to
+    fit in Python memory."""
 
     files: Mapping[str, Sequence[Path]]
 
@@ -112,7 +112,7 @@ class RawSource(Protocol):
 @runtime_checkable
 class PartedRawSource(RawSource, Protocol):
     """A source that can hand a day over in parts, so that pulling it never holds the whole day in memory
-    (runner.pull_raw_day writes each part as it comes; a 10,000-GPU day is ~500 M raw rows)."""
+    (runner.pull_raw_day writes each part as it comes)."""
 
     def fetch_day_parts(self, cluster: str, day: date, lookback_ms: int) -> Iterator[RawDay]: ...
 

@@ -92,8 +92,8 @@ RAW_KUBE_SCHEMA = pa.schema(
 # kube samples as the pull stores them (gpumeter.ingest.kube_spans): one row per run of a target's consecutive
 # scrapes that show a series (cluster, metric, labels, target) with one value, `copies` rows each, from its first
 # sample `ts_ms` to its last `last_ms`; and one row per scrape of each target (`metric` null, `target` the
-# scrape target, `ts_ms` = `last_ms` its time). A day's ~260 M kube rows at 10,000 GPUs are ~1 M spans. Days
-# stored as rows (RAW_KUBE_SCHEMA, before spans) are read too: the runner makes their spans.
+# scrape target, `ts_ms` = `last_ms` its time): a few hundred times fewer rows than one per sample. Days
+# stored as rows (RAW_KUBE_SCHEMA) are read too: the runner makes their spans.
 RAW_KUBE_SPANS_SCHEMA = pa.schema(
     [
         ("cluster", pa.string()),

@@ -47,8 +47,8 @@ def meter_partition_day(
     """Meter the day of the given clusters (default: every cluster of the config; the assets pass their
     partition's one) from the raw zone; compute them all, then write (R15). Returns row counts per model
     and the tables per cluster (for the asset checks). With `warehouse.persist_models: marts` staging and
-    intermediate models stay inside DuckDB. `on_model` is called as each model is done (the benchmark
-    times them). A stored day is replaced only by one that bills as much (gpumeter.storage.replacement),
+    intermediate models stay inside DuckDB. `on_model` is called as each model is done (to time
+    them). A stored day is replaced only by one that bills as much (gpumeter.storage.replacement),
     unless `acceptance` says otherwise."""
     names = select_clusters(config, clusters)
     keep = LAYERS if config.warehouse.persist_models == "all" else ("marts",)

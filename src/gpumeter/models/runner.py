@@ -90,8 +90,8 @@ def meter_day(
 ) -> dict[str, pa.Table]:
     """Run every model for one cluster and day. Returns {model name: table} for the models of
     `keep_layers` (or, with `select`, for those models only, and only they and what they read are run, as
-    dbt's `--select +model`); the others are computed inside DuckDB and never copied out (they can be 100 M rows
-    at fleet scale). With `temp_directory`, the models are tables of a DuckDB database file there (removed by
+    dbt's `--select +model`); the others are computed inside DuckDB and never copied out (a fleet's are too large
+    to copy). With `temp_directory`, the models are tables of a DuckDB database file there (removed by
     the caller with the directory), else of an in-memory one; DuckDB spills there past
     `warehouse.memory_limit`. The session's folder (the variable SESSION_FOLDER: `session/` there, else a
     system temp folder) holds the files a Python model's tables are read from, and is removed with the
@@ -120,9 +120,7 @@ def meter_day(
         folder = Path(tempfile.mkdtemp(prefix="gpumeter-session-"))
     try:
         con.execute("set threads to 2")
-        # DuckDB plans an ASOF join as a nested loop when it *estimates* the left side under this many rows;
-        # the estimate after a join chain can be 6 where the truth is millions. The sort-merge ASOF join is
-        # right at every size.
+        # The sort-merge ASOF join is right at every size; a nested loop is chosen on estimates that can be wrong.
         con.execute("set asof_loop_join_threshold = 0")
         con.execute("set memory_limit = ?", [config.warehouse.memory_limit])
         if temp_directory is not None:

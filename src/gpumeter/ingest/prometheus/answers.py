@@ -113,7 +113,7 @@ def append_series(
 
 class Sample(msgspec.Struct, array_like=True, gc=False, forbid_unknown_fields=True):
     """One `[seconds, "value"]` pair of a matrix answer. A struct the garbage collector does not track
-    (a tuple would be): a pull decodes tens of millions of them while holding much else."""
+    (a tuple would be): a pull decodes one per sample while holding much else."""
 
     seconds: float
     value: str
