@@ -16,6 +16,7 @@ from streamlit.testing.v1 import AppTest
 from gpumeter.billing.invoices import Period
 from gpumeter.config import IDLE, UNALLOCATED, Config, load_config
 from gpumeter.dashboard import APP as DASHBOARD_APP
+from gpumeter.dashboard import navigation
 from gpumeter.storage.paths import MARTS
 from gpumeter.storage.warehouse import Warehouse
 from gpumeter.views import capacity as capacity_reads
@@ -28,18 +29,9 @@ from tests.test_views import stored as read
 pytestmark = pytest.mark.slow
 
 APP = DASHBOARD_APP
-FINANCE_PAGES = [
-    "charges",
-    "budgets",
-    "invoices",
-    "capacity",
-    "mig",
-    "idle",
-    "rightsizing",
-    "data_quality",
-    "usage",
-]
-TENANT_PAGES = ["usage", "charges", "budgets", "invoices", "idle", "rightsizing"]
+# The screen files of a navigation (gpumeter/dashboard/navigation.py): a page added to the app is a page tested here.
+FINANCE_PAGES = [page.name for page in navigation.pages("finance")]
+TENANT_PAGES = [page.name for page in navigation.pages("tenant")]
 
 
 @pytest.fixture(scope="module")

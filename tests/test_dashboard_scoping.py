@@ -6,7 +6,6 @@ finds them all on finance's pages and the tenant's own on its pages, so it is kn
 
 from __future__ import annotations
 
-import ast
 import io
 import re
 from collections.abc import Callable, Iterator
@@ -20,24 +19,16 @@ from streamlit.runtime.media_file_manager import MediaFileManager
 from streamlit.testing.v1 import AppTest
 
 from gpumeter.config import IDLE, UNALLOCATED, Config, Tenant, load_config
-from gpumeter.dashboard import APP
+from gpumeter.dashboard import APP, navigation
 from gpumeter.views.cache import READS
 from tests.test_views import build_metered
 
 pytestmark = pytest.mark.slow
 
 
-def navigation(name: str) -> list[str]:
-    """The page scripts of a navigation list of app.py (FINANCE, OPS, USAGE, TENANT), read from its source so
-    that a page added to the app is a page tested here."""
-    for node in ast.parse(APP.read_text(encoding="utf-8")).body:
-        if isinstance(node, ast.Assign) and [t.id for t in node.targets if isinstance(t, ast.Name)] == [name]:
-            return [entry[0] for entry in ast.literal_eval(node.value)]
-    raise AssertionError(f"no {name} navigation in {APP}")
-
-
-TENANT_PAGES = navigation("TENANT")
-EVERY_PAGE = list(dict.fromkeys(navigation("FINANCE") + navigation("OPS") + navigation("USAGE")))
+# The screen files of a navigation (gpumeter/dashboard/navigation.py): a page added to the app is a page tested here.
+TENANT_PAGES = [page.name for page in navigation.pages("tenant")]
+EVERY_PAGE = list(dict.fromkeys(page.name for page in navigation.pages("finance") + navigation.pages("ops")))
 
 
 @dataclass

@@ -14,36 +14,12 @@ import streamlit as st
 
 from gpumeter.billing.invoices import Period
 from gpumeter.config import CONFIG_ENV, DEMO_DIR, Config, ConfigError, load_config
-from gpumeter.dashboard import warmup
+from gpumeter.dashboard import navigation, warmup
 from gpumeter.dashboard.common import Context, remember
 from gpumeter.storage.warehouse import Warehouse
 from gpumeter.views.filters import Filters
 from gpumeter.views.identity import Viewer, ViewerError, local_viewer, viewer_for_identity
 from gpumeter.views.scoped import Views
-
-SCREENS = Path(__file__).parent / "screens"
-# (page script, title, icon) per navigation section; a tenant viewer gets TENANT only.
-FINANCE = [
-    ("charges", "Charges", ":material/payments:"),
-    ("budgets", "Budgets", ":material/savings:"),
-    ("invoices", "Invoices", ":material/receipt_long:"),
-]
-OPS = [
-    ("capacity", "Capacity", ":material/grid_view:"),
-    ("mig", "MIG layout", ":material/view_module:"),
-    ("idle", "Allocated idle", ":material/hourglass_empty:"),
-    ("rightsizing", "Right-sizing", ":material/compress:"),
-    ("data_quality", "Data quality", ":material/fact_check:"),
-]
-USAGE = [("usage", "Usage", ":material/monitoring:")]
-TENANT = [  # a tenant's pages speak to the tenant
-    ("usage", "Usage", ":material/monitoring:"),
-    ("charges", "What you owe", ":material/payments:"),
-    ("budgets", "Your budget", ":material/savings:"),
-    ("invoices", "Invoices", ":material/receipt_long:"),
-    ("idle", "Allocated idle", ":material/hourglass_empty:"),
-    ("rightsizing", "Right-sizing", ":material/compress:"),
-]
 
 
 def _config_path() -> Path:
@@ -126,13 +102,6 @@ def _filters(views: Views, viewer: Viewer) -> Filters | None:
     return Filters(Period.parse(period), tuple(clusters), tuple(tenants), tuple(models))
 
 
-def _pages(entries: list[tuple[str, str, str]]) -> list[st.Page]:
-    return [
-        st.Page(SCREENS / f"{name}.py", title=title, icon=icon, url_path=name.replace("_", "-"))
-        for name, title, icon in entries
-    ]
-
-
 def main() -> None:
     st.set_page_config(page_title="gpumeter", page_icon=":material/memory:", layout="wide")
     path = _config_path()
@@ -147,11 +116,7 @@ def main() -> None:
         st.stop()
     # The pages get the config as the viewer may read it: a tenant's holds no other tenant (views/scoped.py).
     remember(Context(views.config_for(viewer), views, viewer, filters))
-    if viewer.sees_all_tenants:
-        sections = {"Finance": _pages(FINANCE), "Platform ops": _pages(OPS), "Tenants": _pages(USAGE)}
-    else:
-        sections = {f"Tenant {viewer.tenant}": _pages(TENANT)}
-    st.navigation(sections).run()
+    st.navigation(navigation.sections(viewer)).run()  # the pages of the viewer's role (navigation.py)
 
 
 main()

@@ -7,7 +7,8 @@ instead: the reads of every page, with the filters and widgets as a page view op
 scope the config names (finance first), one scope after another. Then again every
 GPUMETER_DASHBOARD_WARMUP_S seconds: reads whose files did not change are cache hits, so a round costs one
 listing of each table unless the data changed. It stops filling the cache at half its memory bound, so that
-it never pushes out what viewers read. The reads are the pages' own (gpumeter/views/scoped.py), scoped the
+it never pushes out what viewers read. The reads are the pages' own: each page of the scope's navigation
+(navigation.py) names them beside its code (its screen's `warm`), through gpumeter/views/scoped.py, scoped the
 same way: a tenant scope's reads hold its own rows only, and only a viewer of that scope is handed them.
 """
 
@@ -20,9 +21,10 @@ from pathlib import Path
 
 from gpumeter.billing.invoices import Period
 from gpumeter.config import Config, load_config
+from gpumeter.dashboard import navigation
+from gpumeter.dashboard.common import Context
 from gpumeter.storage.warehouse import Warehouse
 from gpumeter.views.cache import READS, ReadCache
-from gpumeter.views.capacity import HEATMAP_GPU_ROWS
 from gpumeter.views.filters import Filters, Options
 from gpumeter.views.identity import Viewer, local_viewer
 from gpumeter.views.scoped import Views
@@ -61,36 +63,11 @@ def scopes(config: Config, signed_in: bool) -> list[Viewer]:
 
 
 def page_reads(views: Views, viewer: Viewer, filters: Filters) -> None:
-    """The reads of a view of every page the viewer has (gpumeter/dashboard/pages.py), widgets at their
-    defaults."""
-    so_far = views.provisional_days(viewer, filters)
-    if so_far:  # charges and usage show the month to date with today's provisional part
-        views.tenant_charges(viewer, filters, so_far=True)
-        views.daily_charges(viewer, filters, so_far=True)
-    else:
-        views.daily_charges(viewer, filters)
-    views.tenant_charges(viewer, filters)
-    views.monthly_charges(viewer, filters)
-    views.usage_by_model(viewer, filters)
-    views.budgets(viewer, filters, so_far=True)
-    views.invoice_lines(viewer, filters)
-    views.invoice_status(filters)
-    views.idle_holders(viewer, filters)
-    views.rightsizing_advice(viewer, filters)
-    if not viewer.sees_all_tenants:
-        return
-    gpus = views.heatmap_gpus(viewer, filters)
-    if gpus and gpus <= HEATMAP_GPU_ROWS:
-        views.gpu_hourly_heatmap(viewer, filters)
-    elif gpus:
-        groupings = views.heatmap_groupings(viewer)
-        views.grouped_hourly_heatmap(viewer, filters, groupings[0] if groupings else "node")
-        views.heatmap_nodes(viewer, filters)
-    views.stranded_capacity(viewer, filters)
-    views.mig_layout(viewer, filters)
-    views.data_quality(viewer, filters)
-    views.coverage_gaps(viewer, filters)
-    views.unmapped_namespaces(viewer, filters)
+    """The reads of a view of every page of the viewer's navigation (gpumeter/dashboard/navigation.py), each
+    page's own (its screen's `warm`), widgets at their defaults, with the config as the viewer may read it."""
+    ctx = Context(views.config_for(viewer), views, viewer, filters)
+    for page in navigation.pages(viewer.role):
+        page.screen.warm(ctx)
 
 
 def warm(
