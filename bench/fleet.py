@@ -309,10 +309,11 @@ def step_rollup(ws: Workspace) -> Measure:
     )
 
 
-# Every page file of the app (app.py runs the app when imported, so its page list is not importable).
-DASHBOARD_PAGES = tuple(
-    sorted(p.stem for p in (DASHBOARD_APP.parent / "screens").glob("*.py") if p.stem != "__init__")
-)
+def dashboard_pages() -> tuple[str, ...]:
+    """Every finance page of the app, as the navigation declares them (imported when the step runs)."""
+    from gpumeter.dashboard.navigation import pages
+
+    return tuple(page.name for page in pages("finance"))
 
 
 def step_dashboard(ws: Workspace) -> Measure:
@@ -325,7 +326,7 @@ def step_dashboard(ws: Workspace) -> Measure:
     app = str(DASHBOARD_APP)
     at = AppTest.from_file(app, default_timeout=600).run()  # first run: imports, not a page view
     pages: dict[str, float] = {}
-    for page in DASHBOARD_PAGES:
+    for page in dashboard_pages():
         started = time.perf_counter()
         at.switch_page(f"screens/{page}.py").run()
         pages[page] = round(time.perf_counter() - started, 3)

@@ -60,7 +60,7 @@ def test_harness_runs_every_step_on_a_tiny_fleet(tmp_path: Path) -> None:
     assert rollup["extra"] == {"days": 2, "ok": True}
     figures = (tmp_path / "out" / report_file.name.replace(".json", ".md")).read_text(encoding="utf-8")
     dashboard = report["measures"][12]
-    assert set(dashboard["extra"]["pages"]) == set(fleet.DASHBOARD_PAGES)
+    assert set(dashboard["extra"]["pages"]) == set(fleet.dashboard_pages())
     assert dashboard["wall_s"] == max(dashboard["extra"]["pages"].values())
     for figure in (
         "slowest dashboard page",

@@ -282,7 +282,7 @@ def test_concurrent_viewers_step_times_each_viewers_pages(config_path: Path, con
     ws = fleet.Workspace(config_path.parent, 36, 1)
     measure = fleet.step_dashboard_viewers(ws, 2)
     extra = measure.extra
-    pages = set(fleet.DASHBOARD_PAGES)
+    pages = set(fleet.dashboard_pages())
     assert set(extra["alone"]) == pages
     passes = ("cold", "warm", "cold_gc_off", "warm_gc_off", "re_metered_gc_off", "cold_warm_up_gc_off",
               "re_metered_warmed_up_gc_off", "uncached")  # fmt: skip
