@@ -214,7 +214,7 @@ def test_scratch_folders_of_dead_runs_are_swept_and_live_ones_kept(tmp_path: Pat
         (folder / "session" / "models.duckdb").write_bytes(b"x" * 1024)
 
     # A run: its raw day staged, which takes a scratch folder of its own.
-    staged = warehouse.stage_day(RAW, CLUSTER, DAY, {})
+    staged = warehouse.day_in_parts(RAW, CLUSTER, DAY, {})
     staged.discard()
     assert not dead.exists()
     assert live.exists() and parent.exists() and unnamed.exists()

@@ -347,13 +347,13 @@ _SPAN_ORDER = ("ts_ms", "last_ms", "cluster", "target", "metric", "labels", "val
 
 
 class KubeSpanStaging:
-    """A staged raw day (gpumeter.storage.staging.StagedDay, its kube table in RAW_KUBE_SPANS_SCHEMA) whose kube
+    """A staged raw day (gpumeter.storage.day_parts.DayInParts, its kube table in RAW_KUBE_SPANS_SCHEMA) whose kube
     rows are kept aside, part by part, and stored as spans at commit: a span runs over many parts (an hour of
     Prometheus answers, a row group of a Parquet source). `rows` counts the kube samples handed over."""
 
     KUBE = "raw_kube_samples"
 
-    def __init__(self, staged, scratch: Path, memory_limit: str) -> None:  # noqa: ANN001 - a StagedDay
+    def __init__(self, staged, scratch: Path, memory_limit: str) -> None:  # noqa: ANN001 - a DayInParts
         self.staged = staged
         self.scratch = scratch
         self.memory_limit = memory_limit

@@ -64,7 +64,7 @@ def pull_raw_day(
                 parts = iter([source.fetch_day(name, day, lookback)])
             # The kube samples are stored as spans (gpumeter.ingest.kube_spans), made once the day is in.
             staged[name] = KubeSpanStaging(
-                warehouse.stage_day(RAW, name, day, STORED_RAW_TABLES),
+                warehouse.day_in_parts(RAW, name, day, STORED_RAW_TABLES),
                 warehouse.scratch_dir(f"kube-spans-{name}-{day.isoformat()}-{os.getpid()}"),
                 config.warehouse.memory_limit,
             )

@@ -28,9 +28,9 @@ from gpumeter.ingest.schema import RAW_TABLES
 from gpumeter.models.project import load_models
 from gpumeter.models.runner import meter_day
 from gpumeter.storage import provisional
+from gpumeter.storage.day_parts import DayInParts
 from gpumeter.storage.locks import LockBusy
 from gpumeter.storage.paths import MARTS, RAW
-from gpumeter.storage.staging import StagedDay
 from gpumeter.storage.warehouse import Warehouse
 
 Log = Callable[[str], None]
@@ -101,7 +101,7 @@ def meter_day_so_far(
     if provisional.has_final(warehouse, cluster, day, tables):
         return skipped(_FINAL)
     zone = provisional.zone(warehouse)
-    staged = zone.stage_day(RAW, cluster, day, dict(RAW_TABLES))
+    staged = zone.day_in_parts(RAW, cluster, day, dict(RAW_TABLES))
     try:
         # Fetched before the lock, as the nightly pull does: a slow source never holds a day's lock.
         source = source_for(cluster)
@@ -140,7 +140,7 @@ def _meter_locked(
     day: date,
     through: datetime,
     tables: list[str],
-    staged: StagedDay,
+    staged: DayInParts,
     log: Log,
 ) -> SoFar:
     """Under the (cluster, day) lock: store the cut raw day and meter it, both in the provisional zone."""

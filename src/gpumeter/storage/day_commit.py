@@ -55,7 +55,7 @@ AnyPath = Path | UPath
 class DayCommit:
     """New files of one (cluster, day), installed together by `install` (or by the block's end when used as a
     context manager; a failure in the block discards them). The caller holds the (cluster, day) lock. With
-    `root` None (a StagedDay built without a warehouse) the files are installed with no journal."""
+    `root` None (a DayInParts built without a warehouse) the files are installed with no journal."""
 
     def __init__(self, root: AnyPath | None, cluster: str, day: date) -> None:
         self.root = root

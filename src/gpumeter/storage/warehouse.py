@@ -32,6 +32,7 @@ from upath import UPath
 
 from gpumeter.storage import day_commit, locks, paths
 from gpumeter.storage.day_commit import DayCommit
+from gpumeter.storage.day_parts import DayInParts
 from gpumeter.storage.files import WarehouseError, atomic_write_parquet, read_parquet
 from gpumeter.storage.objectstore import (
     _object_store_root,
@@ -41,7 +42,6 @@ from gpumeter.storage.objectstore import (
     sql_path_list,
 )
 from gpumeter.storage.spill import sweep_dead_scratch
-from gpumeter.storage.staging import StagedDay
 
 if TYPE_CHECKING:
     from gpumeter import config
@@ -188,9 +188,9 @@ class Warehouse:
         the day lock."""
         return DayCommit(self.lock_base, cluster, day)
 
-    def stage_day(self, zone: str, cluster: str, day: date, schemas: dict[str, pa.Schema]) -> StagedDay:
+    def day_in_parts(self, zone: str, cluster: str, day: date, schemas: dict[str, pa.Schema]) -> DayInParts:
         """A writer of a (cluster, day)'s tables part by part, replacing the stored files only at commit."""
-        return StagedDay(
+        return DayInParts(
             {table: self.day_path(zone, table, cluster, day) for table in schemas},
             schemas,
             self.scratch_dir(f"stage-{cluster}-{day.isoformat()}-{os.getpid()}"),

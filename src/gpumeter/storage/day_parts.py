@@ -18,7 +18,7 @@ from gpumeter.storage.files import (
 )
 
 
-class StagedDay:
+class DayInParts:
     """A (cluster, day)'s tables written part by part into temp files, so that a day larger than memory can be
     stored (a 10,000-GPU raw day). Nothing stored changes until `commit`, which replaces every table's file
     at once (gpumeter.storage.day_commit: all staged beside their targets, journaled, then renamed);

@@ -1,4 +1,4 @@
-"""A staged day (storage/staging.py) takes parts whose string columns come dictionary-encoded (the Prometheus
+"""A day written in parts (storage/day_parts.py) takes parts whose string columns come dictionary-encoded (the Prometheus
 pull's DCGM rows) beside plain ones, and stores plain strings: the file reads back in the table's schema with
 every row, as written by hand here."""
 
@@ -9,7 +9,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from gpumeter.storage.staging import StagedDay
+from gpumeter.storage.day_parts import DayInParts
 
 SCHEMA = pa.schema(
     [("ts_ms", pa.int64()), ("uuid", pa.string()), ("pod", pa.string()), ("value", pa.float64())]
@@ -20,7 +20,7 @@ DICTIONARY = pa.dictionary(pa.int32(), pa.string())
 def test_dictionary_encoded_parts_are_stored_as_the_schemas_strings(tmp_path: Path) -> None:
     target = tmp_path / "raw" / "data.parquet"
     target.parent.mkdir()
-    staged = StagedDay({"t": target}, {"t": SCHEMA}, tmp_path / "scratch")
+    staged = DayInParts({"t": target}, {"t": SCHEMA}, tmp_path / "scratch")
     # part 1: uuid dictionary-encoded with a null, pod plain; part 2: all plain
     first = pa.table(
         {
@@ -52,7 +52,7 @@ def test_dictionary_encoded_parts_are_stored_as_the_schemas_strings(tmp_path: Pa
 
 def test_plain_parts_keep_the_schema_in_the_file(tmp_path: Path) -> None:
     target = tmp_path / "data.parquet"
-    staged = StagedDay({"t": target}, {"t": SCHEMA}, tmp_path / "scratch")
+    staged = DayInParts({"t": target}, {"t": SCHEMA}, tmp_path / "scratch")
     staged.write(
         "t", pa.table({"ts_ms": [7], "uuid": ["GPU-a"], "pod": [None], "value": [1.5]}, schema=SCHEMA)
     )
