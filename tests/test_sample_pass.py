@@ -127,14 +127,14 @@ def test_a_day_whose_gpus_come_in_no_order_meters_the_same_unsorted(
         files[name] = [tmp_path / f"{name}.parquet"]
         pq.write_table(table, files[name][0])
     seen: list[tuple[bool, bool]] = []
-    order = sample_pass._order
+    order = sample_pass.rows_order
 
     def watched(gpu: np.ndarray, ts: np.ndarray, place: np.ndarray, metric: np.ndarray) -> np.ndarray | None:
         found = order(gpu, ts, place, metric)
         seen.append((bool(np.any(gpu[1:] < gpu[:-1])), found is None))
         return found
 
-    monkeypatch.setattr(sample_pass, "_order", watched)
+    monkeypatch.setattr(sample_pass, "rows_order", watched)
     assert differences(RawFiles(files), config_for(spec), spec.cluster, day) == {}
     assert (True, True) in seen  # a range with its GPUs out of order was read as it came, not sorted
 
@@ -146,11 +146,11 @@ def test_the_order_of_a_range_is_checked_not_assumed() -> None:
     ts = np.array([10, 20, 10, 20, 10])
     place = np.array([5, 5, 0, 0, 2])
     metric = np.array([0, 0, 1, 1, 0], dtype=np.uint8)
-    assert sample_pass._order(gpu, ts, place, metric) is None
+    assert sample_pass.rows_order(gpu, ts, place, metric) is None
     split = np.array([3, 1, 3, 1, 2]), np.array([10, 10, 20, 20, 10]), np.array([5, 0, 5, 0, 2])
-    assert sample_pass._order(*split, metric).tolist() == [1, 3, 4, 0, 2]
+    assert sample_pass.rows_order(*split, metric).tolist() == [1, 3, 4, 0, 2]
     late = np.array([20, 10, 10, 20, 10])
-    assert sample_pass._order(gpu, late, place, metric).tolist() == [2, 3, 4, 1, 0]
+    assert sample_pass.rows_order(gpu, late, place, metric).tolist() == [2, 3, 4, 1, 0]
 
 
 def test_the_pass_keeps_its_files_in_the_session_folder_and_they_go_with_the_session(
@@ -193,7 +193,7 @@ def test_the_pass_keeps_its_files_in_the_session_folder_and_they_go_with_the_ses
     def stops(*_args: object) -> None:
         raise AccountingError("stopped on purpose")
 
-    monkeypatch.setattr(sample_pass, "_one_range", stops)
+    monkeypatch.setattr(sample_pass, "samples_of_range", stops)
     for temp_directory in (None, tmp_path / "run"):
         with pytest.raises(AccountingError, match="stopped on purpose"):
             meter_day(
