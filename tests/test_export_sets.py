@@ -4,6 +4,7 @@ together; files of tenants no longer billed are removed from the set (docs/billi
 Real local Parquet warehouses with the hand-made daily marts of tests/test_periods.py. A tenant dropped from
 the config is re-metered as the metering would bill it: its hours go to __unallocated__ (pool unchanged)."""
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -12,6 +13,7 @@ import subprocess
 import sys
 import textwrap
 from collections.abc import Iterator
+from decimal import Decimal
 from pathlib import Path
 
 import pytest
@@ -59,7 +61,7 @@ def _dies_in_the_documents_writer(warehouse: str) -> str:
     kill -9 itself inside the documents writer, after its first file of the new figures is written."""
     return textwrap.dedent(
         f"""
-        import os, signal
+        import dataclasses, os, signal
         from gpumeter.billing import exports, month
         from gpumeter.config import parse_config
         from gpumeter.storage.files import atomic_write_text
@@ -69,7 +71,7 @@ def _dies_in_the_documents_writer(warehouse: str) -> str:
             atomic_write_text(out_dir / "tenant_invoice_{PERIOD}_ml-training.html", "half a set")
             os.kill(os.getpid(), signal.SIGKILL)
 
-        exports.EXPORTS["documents"] = dies
+        exports.EXPORTS["documents"] = dataclasses.replace(exports.EXPORTS["documents"], write=dies)
         cfg = parse_config({CONFIG_WITHOUT_SERVING.format(currency="USD")!r})
         month.roll_up_month(cfg, {warehouse}, {PERIOD!r})
         """
@@ -141,13 +143,13 @@ def test_a_writer_that_fails_midway_leaves_the_previous_set_unchanged(
     roll_up_month(config(), wh, PERIOD)
     out = periods.exports_dir(wh, PERIOD)
     before = {p.name: p.read_bytes() for p in sorted(out.iterdir())}
-    real = EXPORTS["focus"]
+    real = EXPORTS["focus"].write
 
     def fails(*args: object) -> list[Path]:
         real(*args)  # its file is written (into the staged set), then it dies
         raise RuntimeError("killed")
 
-    monkeypatch.setitem(exports.EXPORTS, "focus", fails)
+    monkeypatch.setitem(exports.EXPORTS, "focus", dataclasses.replace(EXPORTS["focus"], write=fails))
     _store(wh, D_NOV, WITHOUT_SERVING)
     with pytest.raises(RuntimeError, match="killed"):
         roll_up_month(parse_config(CONFIG_WITHOUT_SERVING.format(currency="USD")), wh, PERIOD)
@@ -215,7 +217,7 @@ def test_a_failed_step_keeps_the_record_so_the_next_step_of_the_run_keeps_the_se
     def fails(*_: object) -> list[Path]:
         raise RuntimeError("renderer down")
 
-    monkeypatch.setitem(exports.EXPORTS, "documents", fails)
+    monkeypatch.setitem(exports.EXPORTS, "documents", dataclasses.replace(EXPORTS["documents"], write=fails))
     with pytest.raises(RuntimeError):
         write_exports(lines, config(), NOV, out, status, kinds=("documents",))
     monkeypatch.undo()
@@ -298,3 +300,27 @@ def test_on_an_object_store_a_killed_run_leaves_the_previous_set_whole(s3_endpoi
     assert [p.name for p in month.iterdir()] == [current.name]
     assert (current / f"tenant_invoice_{PERIOD}_ml-training.html").read_text() != "half a set"
     assert not any("serving" in name for name in _s3_digests(current))
+
+
+def test_an_export_added_once_to_the_registry_is_written_by_the_month_job_and_the_cli(
+    wh: Warehouse, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """docs/architecture.md, "An export": one entry in the registry (a writer and its asset's name) makes the
+    monthly job's asset, which writes the file into the month's set, and `gpumeter invoices` hands it out."""
+    from gpumeter.pipelines.launch import invoice_month
+    from gpumeter.storage.files import atomic_write_text
+
+    def write_total(lines, config, period, out_dir, status):  # noqa: ANN001, ANN202 - a Writer
+        total = sum(lines.column("amount").to_pylist())
+        return [atomic_write_text(out_dir / f"total_{period}.txt", f"{total}\n")]
+
+    added = exports.Export("total", write_total, "invoice_total", "The month's total.", ("txt",))
+    monkeypatch.setitem(exports.EXPORTS, "total", added)
+    config_path = _write_config(tmp_path / "config.yaml", wh)
+    run = invoice_month(str(config_path), PERIOD)
+    assert "invoice_total" in run.materialized
+    # By hand: NOV_ROWS bill 4 + 2 + 4 = 10.00 USD on three lines.
+    assert Decimal((periods.exports_dir(wh, PERIOD) / f"total_{PERIOD}.txt").read_text()) == Decimal(10)
+    out = tmp_path / "out"
+    assert main(["invoices", "--config", str(config_path), "--period", PERIOD, "--out", str(out)]) == 0
+    assert Decimal((out / f"total_{PERIOD}.txt").read_text()) == Decimal(10)

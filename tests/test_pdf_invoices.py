@@ -149,7 +149,8 @@ def test_a_closed_period_pdf_shows_its_hash_is_in_its_manifest_and_never_changes
     )
     names = [f"tenant_invoice_2026-11_{t}.pdf" for t in EXPORTED]
     reported = invoice_month(str(config_path), "2026-11").materialized["invoice_documents"]
-    assert sorted(Path(p).name for p in reported["pdfs"]) == names and reported["pdf_count"] == 2
+    pdfs = [Path(p).name for p in reported["files"] if p.endswith(".pdf")]
+    assert sorted(pdfs) == names and reported["pdf_count"] == 2
 
     args = ["--config", str(config_path), "--period", "2026-11"]
     assert main(["close", *args, "--by", "cfo", "--reason", "month end"]) == 0

@@ -15,6 +15,7 @@ import os
 import shutil
 import uuid
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import pyarrow as pa
@@ -72,8 +73,48 @@ def write_documents(
     return written
 
 
-EXPORTS: dict[str, Writer] = {"csv": write_invoice_csvs, "focus": write_focus, "documents": write_documents}
-EXPORT_KINDS = tuple(EXPORTS)
+@dataclass(frozen=True)
+class Export:
+    """One kind of export: its writer, and the Dagster asset that writes it (gpumeter.pipelines.billing_assets
+    makes one asset per kind from these fields)."""
+
+    kind: str
+    write: Writer
+    asset: str
+    description: str
+    file_kinds: tuple[str, ...]  # what the asset shows it writes (Dagster `kinds`)
+    after: tuple[str, ...] = ()  # kinds whose asset must succeed first (its blocking check gates this one)
+
+
+EXPORTS: dict[str, Export] = {
+    export.kind: export
+    for export in (
+        Export(
+            "csv",
+            write_invoice_csvs,
+            "invoice_csv",
+            "Invoice-lines CSV of the output contract: all tenants (with __idle__ and __unallocated__) and one "
+            "file per tenant.",
+            ("csv",),
+        ),
+        Export(
+            "focus",
+            write_focus,
+            "invoice_focus",
+            "FOCUS CSV of the same lines, 1.2 or 1.3 by config focus_version (docs/billing.md: the mapping).",
+            ("csv",),
+            after=("csv",),
+        ),
+        Export(
+            "documents",
+            write_documents,
+            "invoice_documents",
+            "Per tenant, one self-contained HTML invoice and the same invoice as PDF (A4, the document finance "
+            "sends): lines, adjustments, totals, hash and status.",
+            ("html", "pdf"),
+        ),
+    )
+}
 
 
 # --- a month's exports are one set ------------------------------------------------------------------
@@ -198,9 +239,9 @@ def _write_set(
     key = _set_key(lines, config, period, status)
     kept = before.get("kinds", {}) if before.get("key") == key else {}
     names: dict[str, list[str]] = {}
-    for kind in EXPORT_KINDS:
+    for kind in EXPORTS:
         if kind in kinds:
-            names[kind] = [p.name for p in EXPORTS[kind](lines, config, period, target, status)]
+            names[kind] = [p.name for p in EXPORTS[kind].write(lines, config, period, target, status)]
         elif kind in kept:
             names[kind] = list(kept[kind])
             for name in names[kind]:
@@ -215,13 +256,14 @@ def write_exports(
     period: Period,
     out_dir: Path,
     status: Status,
-    kinds: Sequence[str] = EXPORT_KINDS,
+    kinds: Sequence[str] | None = None,
 ) -> list[Path]:
     """Write the month's set of exports to `out_dir`, replacing the previous set as a whole (above), and return
     the files of `kinds` (default: every kind), in registry order, as published in `out_dir`."""
+    kinds = tuple(EXPORTS) if kinds is None else kinds
     unknown = [k for k in kinds if k not in EXPORTS]
     if unknown:
-        raise KeyError(f"unknown export kind(s) {', '.join(unknown)} (one of {', '.join(EXPORT_KINDS)})")
+        raise KeyError(f"unknown export kind(s) {', '.join(unknown)} (one of {', '.join(EXPORTS)})")
     with locks.hold(_lock(out_dir), f"exports of {period}"):
         before = _read_set(out_dir)
         if not isinstance(out_dir, Path):

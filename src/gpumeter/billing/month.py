@@ -11,7 +11,7 @@ from pathlib import Path
 import pyarrow as pa
 
 from gpumeter.billing import adjustments, periods, refusals
-from gpumeter.billing.exports import EXPORT_KINDS, write_exports
+from gpumeter.billing.exports import EXPORTS, write_exports
 from gpumeter.billing.invoices import INVOICE_SCHEMA, Period, Reconciliation, reconcile
 from gpumeter.config import Config
 from gpumeter.storage.paths import MARTS
@@ -138,5 +138,5 @@ def export_month(config: Config, warehouse: Warehouse, period_key: str, kind: st
     if lines is None:
         lines = INVOICE_SCHEMA.empty_table()
     status = periods.status_of(warehouse, key, lines, config.minor_unit)
-    kinds = EXPORT_KINDS if kind == "all" else (kind,)
+    kinds = tuple(EXPORTS) if kind == "all" else (kind,)
     return write_exports(lines, config, period, periods.exports_dir(warehouse, key), status, kinds)

@@ -1,7 +1,8 @@
-"""Monthly billing assets (R12-R16): the invoice lines and one asset per export of them. Thin shells over
+"""Monthly billing assets (R12-R16): the invoice lines and one asset per export of the registry. Thin shells over
 gpumeter.billing.month / gpumeter.billing.periods. A closed period is never written again: each asset then reports that
 it left the period untouched, and its check verifies the closed files against the manifest."""
 
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -9,11 +10,13 @@ from dagster import (
     AssetCheckResult,
     AssetDep,
     AssetExecutionContext,
+    AssetsDefinition,
     MaterializeResult,
     MetadataValue,
     asset,
 )
 
+from gpumeter.billing.exports import EXPORTS, Export
 from gpumeter.billing.month import export_month, roll_up_month
 from gpumeter.billing.refusals import MonthRefused
 from gpumeter.pipelines import checks
@@ -83,66 +86,41 @@ def _write(context: AssetExecutionContext, gpumeter: GpumeterConfigResource, kin
     return paths
 
 
-def _written(paths: list[Path], **more: MetadataValue) -> MaterializeResult:
+def _written(paths: list[Path]) -> MaterializeResult:
+    by_suffix = Counter(p.suffix.lstrip(".") for p in paths)
     return MaterializeResult(
         metadata={
             "status": "draft" if paths else "closed, untouched",
             "files": MetadataValue.json([str(p) for p in paths]),
-            **more,
+            **{f"{suffix}_count": MetadataValue.int(n) for suffix, n in sorted(by_suffix.items())},
         }
     )
 
 
-def _export(context: AssetExecutionContext, gpumeter: GpumeterConfigResource, kind: str) -> MaterializeResult:
-    return _written(_write(context, gpumeter, kind))
+def export_asset(export: Export) -> AssetsDefinition:
+    """The asset that writes one kind of export of the registry (gpumeter.billing.exports.EXPORTS), with the
+    check the kind has (gpumeter.pipelines.checks.EXPORT_CHECKS)."""
+    check = checks.EXPORT_CHECKS.get(export.kind)
+
+    @asset(
+        name=export.asset,
+        group_name=GROUP,
+        partitions_def=monthly_partitions,
+        deps=["invoice_lines", *(EXPORTS[kind].asset for kind in export.after)],
+        check_specs=[check.spec] if check else None,
+        kinds=set(export.file_kinds),
+        description=export.description,
+    )
+    def _export(
+        context: AssetExecutionContext, gpumeter: GpumeterConfigResource
+    ) -> Iterator[MaterializeResult | AssetCheckResult]:
+        yield _written(_write(context, gpumeter, export.kind))
+        if check:
+            yield check.run(gpumeter.warehouse, gpumeter.config, _period(context))
+
+    return _export
 
 
-@asset(
-    name="invoice_csv",
-    group_name=GROUP,
-    partitions_def=monthly_partitions,
-    deps=["invoice_lines"],
-    check_specs=[checks.INVOICE_CSV_CHECK],
-    kinds={"csv"},
-    description="Invoice-lines CSV of the output contract: all tenants (with __idle__ and __unallocated__) "
-    "and one file per tenant.",
-)
-def invoice_csv(
-    context: AssetExecutionContext, gpumeter: GpumeterConfigResource
-) -> Iterator[MaterializeResult | AssetCheckResult]:
-    yield _export(context, gpumeter, "csv")
-    yield checks.invoice_csv_reconciles(gpumeter.warehouse, _period(context), gpumeter.config.minor_unit)
-
-
-@asset(
-    name="invoice_focus",
-    group_name=GROUP,
-    partitions_def=monthly_partitions,
-    deps=["invoice_lines", "invoice_csv"],
-    check_specs=[checks.INVOICE_FOCUS_CHECK],
-    kinds={"csv"},
-    description="FOCUS CSV of the same lines, 1.2 or 1.3 by config focus_version (docs/billing.md: the mapping).",
-)
-def invoice_focus(
-    context: AssetExecutionContext, gpumeter: GpumeterConfigResource
-) -> Iterator[MaterializeResult | AssetCheckResult]:
-    yield _export(context, gpumeter, "focus")
-    yield checks.focus_billed_cost_total(gpumeter.warehouse, _period(context))
-
-
-@asset(
-    name="invoice_documents",
-    group_name=GROUP,
-    partitions_def=monthly_partitions,
-    deps=["invoice_lines"],
-    kinds={"html", "pdf"},
-    description="Per tenant, one self-contained HTML invoice and the same invoice as PDF (A4, the document "
-    "finance sends): lines, adjustments, totals, hash and status.",
-)
-def invoice_documents(context: AssetExecutionContext, gpumeter: GpumeterConfigResource) -> MaterializeResult:
-    paths = _write(context, gpumeter, "documents")
-    pdfs = [str(p) for p in paths if p.suffix == ".pdf"]
-    return _written(paths, pdfs=MetadataValue.json(pdfs), pdf_count=MetadataValue.int(len(pdfs)))
-
-
-BILLING_ASSETS = [invoice_lines, invoice_csv, invoice_focus, invoice_documents]
+def billing_assets() -> list[AssetsDefinition]:
+    """The month's invoice lines and one asset per kind of export the registry lists."""
+    return [invoice_lines, *(export_asset(export) for export in EXPORTS.values())]

@@ -8,6 +8,8 @@ gpumeter/pipelines/billing_assets.py.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
@@ -165,3 +167,22 @@ def invoice_csv_reconciles(warehouse: Warehouse, period: str, minor_unit: int) -
 
 def focus_billed_cost_total(warehouse: Warehouse, period: str) -> AssetCheckResult:
     return _result(INVOICE_FOCUS_CHECK, invoice_checks.focus_billed_cost_total(warehouse, period))
+
+
+@dataclass(frozen=True)
+class ExportCheck:
+    """The check of one kind of export, run by its asset after it writes (gpumeter.pipelines.billing_assets)."""
+
+    spec: AssetCheckSpec
+    run: Callable[[Warehouse, Config, str], AssetCheckResult]
+
+
+EXPORT_CHECKS = {
+    "csv": ExportCheck(
+        INVOICE_CSV_CHECK,
+        lambda warehouse, config, period: invoice_csv_reconciles(warehouse, period, config.minor_unit),
+    ),
+    "focus": ExportCheck(
+        INVOICE_FOCUS_CHECK, lambda warehouse, _config, period: focus_billed_cost_total(warehouse, period)
+    ),
+}

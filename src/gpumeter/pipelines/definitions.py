@@ -20,7 +20,7 @@ from dagster import (
 from gpumeter.config import default_config_path, load_config
 from gpumeter.pipelines.alert_delivery import budget_alert_definitions
 from gpumeter.pipelines.assets import build_day_assets
-from gpumeter.pipelines.billing_assets import BILLING_ASSETS
+from gpumeter.pipelines.billing_assets import billing_assets
 from gpumeter.pipelines.k8s_snapshots import k8s_snapshot_definitions
 from gpumeter.pipelines.partitions import cluster_day_partitions
 from gpumeter.pipelines.resources import GpumeterConfigResource
@@ -29,13 +29,6 @@ from gpumeter.pipelines.today import build_today_schedule, meter_today
 
 METER_DAY_JOB = "meter_day"
 INVOICE_MONTH_JOB = "invoice_month"
-
-invoice_month_job = define_asset_job(
-    INVOICE_MONTH_JOB,
-    selection=AssetSelection.assets(*BILLING_ASSETS),
-    description="Roll a month's days up to invoice lines (with adjustments for closed months) and write "
-    "its exports: invoice-lines CSVs, FOCUS, HTML invoices. A closed month is left untouched.",
-)
 
 
 def build_definitions(config_path: str | os.PathLike[str]) -> Definitions:
@@ -47,13 +40,20 @@ def build_definitions(config_path: str | os.PathLike[str]) -> Definitions:
     # Budget alerts to a webhook, when the config has an `alerts` section.
     alert_jobs, alert_sensors = budget_alert_definitions(config)
     day_assets = build_day_assets(cluster_day_partitions(clusters))
+    month_assets = billing_assets()  # one per kind of export the registry lists
+    invoice_month_job = define_asset_job(
+        INVOICE_MONTH_JOB,
+        selection=AssetSelection.assets(*month_assets),
+        description="Roll a month's days up to invoice lines (with adjustments for closed months) and write "
+        "its exports (gpumeter.billing.exports). A closed month is left untouched.",
+    )
     meter_day_job = define_asset_job(
         METER_DAY_JOB,
         selection=AssetSelection.assets(*day_assets),
         description="Pull one (cluster, day) of raw samples and meter it through every model.",
     )
     return Definitions(
-        assets=[*day_assets, *BILLING_ASSETS],
+        assets=[*day_assets, *month_assets],
         jobs=[meter_day_job, invoice_month_job, meter_today, *snapshot_jobs, *alert_jobs],
         schedules=[
             *build_schedules(meter_day_job, invoice_month_job, clusters),
