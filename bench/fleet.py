@@ -281,7 +281,7 @@ def step_sample_floor(ws: Workspace, day: date) -> Measure:
 def _prices(config_path: Path) -> dict[str, float]:
     """modelName -> price per GPU-hour, from the rate card the config resolves (R8)."""
     from gpumeter.config import load_config
-    from gpumeter.models.catalog import resolve_device_class
+    from gpumeter.models.device_classes import resolve_device_class
     from gpumeter_sim import MODELS
 
     config = load_config(config_path)

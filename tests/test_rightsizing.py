@@ -12,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from gpumeter.config import Config, parse_config
-from gpumeter.models.catalog import BUILTIN_MIG_CATALOG
+from gpumeter.models.device_classes import BUILTIN_MIG_CATALOG
 from gpumeter.views.rightsizing import MIB_PER_GB, HolderPeak, advise, holder_peaks, smallest_fitting_profile
 
 H100 = "NVIDIA H100 80GB HBM3"

@@ -20,8 +20,8 @@ import yaml
 
 from gpumeter.config import IDLE, UNALLOCATED, Config, parse_config
 from gpumeter.ingest.schema import DCGM_GPU_UTIL
-from gpumeter.models.catalog import CatalogWarning
 from gpumeter.models.day_checks import coverage
+from gpumeter.models.device_classes import CatalogWarning
 from gpumeter.models.project import AccountingError
 from gpumeter.models.runner import meter_day
 from tests.builders import FactoryBuilder

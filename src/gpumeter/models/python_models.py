@@ -13,7 +13,7 @@ import pyarrow as pa
 
 from gpumeter.config import Config
 from gpumeter.models import sample_pass
-from gpumeter.models.catalog import CatalogError, resolve_device_class
+from gpumeter.models.device_classes import CatalogError, resolve_device_class
 from gpumeter.models.money import price_units, weight_units
 from gpumeter.models.project import AccountingError
 from gpumeter.models.tenancy import TenantResolver

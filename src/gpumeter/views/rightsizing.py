@@ -18,7 +18,7 @@ from decimal import Decimal
 import polars as pl
 
 from gpumeter.config import Config
-from gpumeter.models.catalog import CatalogError, _families, resolve_device_class
+from gpumeter.models.device_classes import CatalogError, _families, resolve_device_class
 
 _PROFILE_GB = re.compile(r"^(\d+)g\.(\d+)gb$")
 MIB_PER_GB = 1000  # conservative: an instance's usable memory is below its nominal GB

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from gpumeter.config import Config
-from gpumeter.models.catalog import (
+from gpumeter.models.device_classes import (
     BUILTIN_MIG_CATALOG,
     CatalogError,
     CatalogWarning,
