@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 import gpumeter_sim as simulator
 from gpumeter.ingest.contract import RawDay
-from gpumeter.ingest.prometheus.answers import Series, SeriesMapping
+from gpumeter.ingest.prometheus.raw_tables import Series, SeriesMapping
 from gpumeter.ingest.row_order import DCGM_ROW_ORDER, gpu_ordered, in_gpu_order, lexicographic_order
 from gpumeter.ingest.schema import RAW_DCGM_SCHEMA, RAW_TABLES
 from tests.test_properties import PROPERTY_SETTINGS

@@ -33,7 +33,7 @@ import pytest
 from prometheus_fixtures import needs_prometheus
 from scrape_paths import ScrapePath, attach, dcgm_exporter_paths
 
-from gpumeter.ingest.prometheus.answers import SeriesMapping
+from gpumeter.ingest.prometheus.raw_tables import SeriesMapping
 from gpumeter.ingest.prometheus.targets import HolderReading, ScrapeTargets
 from gpumeter_sim import promserver
 

@@ -8,12 +8,13 @@ the configuration and the reasoning; the short version:
   the union of their scrapes, one sample per scrape (windows.py).
 - Robust: retries with backoff on what another attempt may fix, then one `SourceError` naming the URL, the
   query and what to do; secrets never in a message (transport.py).
-- The answers checked and mapped to the raw DCGM and kube tables (answers.py); PrometheusRawSource composes
-  it all, with the DRA objects (source.py).
+- The answers checked and read as samples (answers.py), the series mapped to the raw DCGM and kube tables
+  (raw_tables.py); PrometheusRawSource composes it all, with the DRA objects (source.py).
 """
 
-from gpumeter.ingest.prometheus.answers import DCGM_LABEL_COLUMNS, parse_timestamp_ms
+from gpumeter.ingest.prometheus.answers import parse_timestamp_ms
 from gpumeter.ingest.prometheus.promql import PUSHDOWN_MATCHERS, escape_label_value
+from gpumeter.ingest.prometheus.raw_tables import DCGM_LABEL_COLUMNS
 from gpumeter.ingest.prometheus.source import PrometheusRawSource
 
 __all__ = [

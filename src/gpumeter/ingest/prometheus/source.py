@@ -1,7 +1,7 @@
 """PrometheusRawSource: the raw samples of a (cluster, day) from any PromQL API, with the DRA objects that
 say who held which device. It composes the parts of the package: the windows to ask for (windows.py), the
 PromQL of each (promql.py), the transport that asks (transport.py), the replica dedupe of the answers
-(windows.py) and their rows (answers.py); the DRA objects come from files, the kept snapshots or the
+(windows.py) and their rows (raw_tables.py); the DRA objects come from files, the kept snapshots or the
 Kubernetes API (gpumeter.ingest.kube_api).
 """
 
@@ -31,16 +31,9 @@ from gpumeter.ingest.k8s_objects import (
 )
 from gpumeter.ingest.kube_api import KubeApi
 from gpumeter.ingest.kube_spans import KubeSeries
-from gpumeter.ingest.prometheus.answers import (
-    LabelSet,
-    Series,
-    SeriesByLabels,
-    SeriesMapping,
-    UnexpectedAnswer,
-    append_series,
-    matrix_samples,
-)
+from gpumeter.ingest.prometheus.answers import LabelSet, UnexpectedAnswer, matrix_samples
 from gpumeter.ingest.prometheus.promql import nonzero_screen_query, raw_samples_query, up_query
+from gpumeter.ingest.prometheus.raw_tables import Series, SeriesByLabels, SeriesMapping, append_series
 from gpumeter.ingest.prometheus.transport import PrometheusTransport, PullAborted, TooLarge
 from gpumeter.ingest.prometheus.windows import (
     ReplicaDedupe,

@@ -32,7 +32,7 @@ from typing import TypeVar
 import numpy as np
 
 from gpumeter.ingest.contract import SLOW_SCRAPE_INTERVALS
-from gpumeter.ingest.prometheus.answers import (
+from gpumeter.ingest.prometheus.raw_tables import (
     DCGM_LABEL_COLUMNS,
     Series,
     SeriesByLabels,
