@@ -35,16 +35,18 @@ def charges(ctx: Context) -> None:
     complete = "complete_days_amount" if so_far else "amount"
     total = _sum(per_tenant[complete])
     billed = _sum(per_tenant.filter(~pl.col("tenant").is_in([IDLE, UNALLOCATED]))[complete])
-    columns = st.columns(3 if so_far else 2)
-    columns[0].metric(
-        "Total in scope" if ctx.viewer.sees_all_tenants else "Your charges",
+    pool = ctx.viewer.sees_all_tenants  # a tenant's page speaks of its own charges only
+    columns = iter(st.columns((3 if so_far else 2) if pool else (2 if so_far else 1)))
+    next(columns).metric(
+        "Total in scope" if pool else "Your charges",
         ctx.money(total),
-        help=words.meaning("Total in scope") if ctx.viewer.sees_all_tenants else None,
+        help=words.meaning("Total in scope") if pool else None,
     )
-    columns[1].metric("Billed to tenants", ctx.money(billed), help=words.meaning("Billed to tenants"))
-    _not_billed(ctx, per_tenant, complete, billed)
+    if pool:
+        next(columns).metric("Billed to tenants", ctx.money(billed), help=words.meaning("Billed to tenants"))
+        _not_billed(ctx, per_tenant, complete, billed)
     if so_far:
-        columns[2].metric(
+        next(columns).metric(
             "Today so far",
             ctx.money(_sum(per_tenant["provisional_amount"])),
             help=f"Today {label}: not in the totals beside it, which are complete days.",
@@ -60,11 +62,11 @@ def charges(ctx: Context) -> None:
         )
         fig.update_layout(
             barmode="stack",
-            title=f"What each tenant owes, month to date ({ctx.config.currency})",
+            title=f"{'What each tenant owes' if pool else 'What you owe'}, month to date ({ctx.config.currency})",
             yaxis_title=ctx.config.currency,
         )
         chart(lighten(fig), "charges-bar")
-    else:
+    elif pool:  # a tenant's one bar would only repeat its total
         chart(
             px.bar(
                 floats(_tenants_only(per_tenant), "amount"),
