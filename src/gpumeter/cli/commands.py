@@ -35,7 +35,6 @@ from gpumeter.config import (
     DEMO_DIR,
     EXAMPLE_CONFIG,
     Config,
-    ParquetSource,
     config_schema,
     config_warnings,
     load_config,
@@ -194,23 +193,19 @@ def copy_invoices(config_path: Path, days: list[date], out: Path) -> Path:
 
 
 def _missing_sources(file: str, config: Config) -> list[tuple[str, str]]:
-    """The `kind: parquet` source folders that do not exist, each with its place (and line) in the file."""
+    """The source folders that do not exist (ParquetSource.missing_path), each with its place (and line) in
+    the file."""
     from gpumeter.config.yaml_text import yaml_with_lines
 
     lines = yaml_with_lines(Path(file).read_text(encoding="utf-8"))[1]
     missing = []
     for i, cluster in enumerate(config.clusters):
-        source = cluster.source
-        if isinstance(source, ParquetSource) and not Path(source.path).is_dir():
-            place = f"clusters[{i}].source.path"
+        found = cluster.source.missing_path()
+        if found is not None:
+            field, message = found
+            place = f"clusters[{i}].source.{field}"
             line = lines.get(place)
-            missing.append(
-                (
-                    f"{place} (line {line})" if line else place,
-                    f"the source folder {source.path} does not exist: correct the path, or write raw samples "
-                    f"there first (`gpumeter simulate --out {source.path}` writes simulated ones)",
-                )
-            )
+            missing.append((f"{place} (line {line})" if line else place, message))
     return missing
 
 

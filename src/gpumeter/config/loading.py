@@ -21,7 +21,6 @@ from pydantic_core import ErrorDetails
 
 from gpumeter.config.base import MAX_BUDGET, MAX_PRICE, REFUSES, ConfigError, _preview, tenant_slug
 from gpumeter.config.model import Config
-from gpumeter.config.sources import ParquetSource
 from gpumeter.config.tenants import _BUCKET_SLUGS, DatedRules, Tenant, _slug_clash
 from gpumeter.config.yaml_text import MAX_CONFIG_CHARS, _TextProblems, yaml_with_lines
 
@@ -190,21 +189,10 @@ def _resolve_paths(config: Config, base_dir: Path) -> Config:
             return expanded
         return str((base_dir / expanded).resolve())
 
-    clusters = []
-    for cluster in config.clusters:
-        source = cluster.source
-        if isinstance(source, ParquetSource):
-            source = source.model_copy(update={"path": resolve(source.path)})
-        else:
-            source = source.model_copy(
-                update={
-                    "claims_file": resolve(source.claims_file),
-                    "slices_file": resolve(source.slices_file),
-                    "kubeconfig": resolve(source.kubeconfig),
-                    "k8s_snapshots_dir": resolve(source.k8s_snapshots_dir),
-                }
-            )
-        clusters.append(cluster.model_copy(update={"source": source}))
+    clusters = [
+        cluster.model_copy(update={"source": cluster.source.with_paths(resolve)})
+        for cluster in config.clusters
+    ]
     warehouse = config.warehouse.model_copy(update={"path": resolve(config.warehouse.path)})
     return config.model_copy(update={"clusters": clusters, "warehouse": warehouse})
 

@@ -1,9 +1,16 @@
-"""Where a cluster's samples come from: ParquetSource, PrometheusSource, and the Cluster that names one."""
+"""Where a cluster's samples come from: ParquetSource, PrometheusSource, and the Cluster that names one.
+
+Each kind of source says here what only its settings decide: how a stored day names it (`describe`), its
+paths made absolute (`with_paths`), a folder it needs that does not exist (`missing_path`) and the cluster
+objects the snapshot job keeps for it (`snapshots_from`). How a kind is read is ingest's (ingest/sources.py).
+"""
 
 from __future__ import annotations
 
 import re
-from typing import Annotated, ClassVar, Literal
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated, ClassVar, Literal, Self
 
 from pydantic import Field, field_validator, model_validator
 
@@ -15,6 +22,28 @@ class ParquetSource(_Model):
 
     kind: Literal["parquet"] = "parquet"
     path: str = Field(description="Directory holding raw_dcgm_samples/, raw_kube_samples/ and k8s/.")
+
+    def describe(self) -> str:
+        """The source as a message names it."""
+        return f"the Parquet source {self.path}"
+
+    def with_paths(self, resolve: Callable[[str | None], str | None]) -> Self:
+        """The source with each of its paths passed through `resolve`."""
+        return self.model_copy(update={"path": resolve(self.path)})
+
+    def missing_path(self) -> tuple[str, str] | None:
+        """(field, what to do) when the source's folder does not exist; None when it does."""
+        if Path(self.path).is_dir():
+            return None
+        return (
+            "path",
+            f"the source folder {self.path} does not exist: correct the path, or write raw samples "
+            f"there first (`gpumeter simulate --out {self.path}` writes simulated ones)",
+        )
+
+    def snapshots_from(self) -> tuple[str, str] | None:
+        """(kubeconfig, folder) of the DRA snapshots kept for this source: none, the files hold their own."""
+        return None
 
 
 class PrometheusSource(_Model):
@@ -132,6 +161,31 @@ class PrometheusSource(_Model):
                     "so that the server answers with every raw sample or fails (docs/prometheus.md)"
                 )
         return value
+
+    def describe(self) -> str:
+        """The source as a message names it."""
+        return f"Prometheus at {self.url}"
+
+    def with_paths(self, resolve: Callable[[str | None], str | None]) -> Self:
+        """The source with each of its paths passed through `resolve`."""
+        return self.model_copy(
+            update={
+                "claims_file": resolve(self.claims_file),
+                "slices_file": resolve(self.slices_file),
+                "kubeconfig": resolve(self.kubeconfig),
+                "k8s_snapshots_dir": resolve(self.k8s_snapshots_dir),
+            }
+        )
+
+    def missing_path(self) -> tuple[str, str] | None:
+        """A server is not checked for existence here (`gpumeter source check` asks it)."""
+        return None
+
+    def snapshots_from(self) -> tuple[str, str] | None:
+        """(kubeconfig, folder) of the DRA snapshots the snapshot job keeps for this source, when both are set."""
+        if self.kubeconfig and self.k8s_snapshots_dir:
+            return self.kubeconfig, self.k8s_snapshots_dir
+        return None
 
     def query_parameters(self) -> dict[str, str]:
         """What every query sends besides `query` and `time`."""

@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterable
 from datetime import date
 from pathlib import Path
 
-from gpumeter.config import Config, ParquetSource, select_clusters
+from gpumeter.config import Config, select_clusters
 from gpumeter.ingest.contract import K8sSnapshot, KubeSeriesSource, PartedRawSource, RawSource, lookback_ms
 from gpumeter.ingest.coverage import CoverageCounter, stored_coverage
 from gpumeter.ingest.kube_spans import STORED_RAW_TABLES, KubeSpanStaging
@@ -122,10 +122,7 @@ def _refuse_less(
     if stored is None:
         return
     found = counter.coverage()
-    spec = config.cluster(cluster).source
-    source = (
-        f"the Parquet source {spec.path}" if isinstance(spec, ParquetSource) else f"Prometheus at {spec.url}"
-    )
+    source = config.cluster(cluster).source.describe()
     kept = " and ".join(
         part
         for part in (

@@ -37,7 +37,6 @@ from dagster import (
 )
 
 from gpumeter.config import Config as GpumeterConfig
-from gpumeter.config import PrometheusSource
 from gpumeter.ingest.contract import SourceError
 from gpumeter.ingest.k8s_objects import (
     K8sObjectError,
@@ -107,11 +106,9 @@ def snapshot_resources(config: GpumeterConfig) -> dict[str, K8sSnapshotResource]
     k8s_snapshots_dir (config order)."""
     found = {}
     for cluster in config.clusters:
-        source = cluster.source
-        if isinstance(source, PrometheusSource) and source.kubeconfig and source.k8s_snapshots_dir:
-            found[cluster.name] = K8sSnapshotResource(
-                kubeconfig=source.kubeconfig, snapshots_dir=source.k8s_snapshots_dir
-            )
+        kept = cluster.source.snapshots_from()
+        if kept is not None:
+            found[cluster.name] = K8sSnapshotResource(kubeconfig=kept[0], snapshots_dir=kept[1])
     return found
 
 

@@ -10,9 +10,9 @@ from typing import Any
 from dagster import ConfigurableResource
 from pydantic import create_model, model_validator
 
-from gpumeter.config import Config, ParquetSource, PrometheusSource, load_config
+from gpumeter.config import Config, PrometheusSource, load_config
 from gpumeter.ingest.contract import RawSource, SourceError
-from gpumeter.ingest.parquet import ParquetRawSource
+from gpumeter.ingest.sources import open_source, prometheus_source
 from gpumeter.storage.warehouse import Warehouse
 
 
@@ -30,13 +30,8 @@ class GpumeterConfigResource(ConfigurableResource):
         return Warehouse.of(self.config.warehouse)
 
     def source(self, cluster: str) -> RawSource:
-        cluster_spec = self.config.cluster(cluster)
-        spec = cluster_spec.source
-        if isinstance(spec, ParquetSource):
-            return ParquetRawSource(spec.path)
-        return PrometheusResource(**spec.model_dump(exclude={"kind"})).raw_source(
-            cluster, cluster_spec.cluster_label, self.config.scrape_interval_of(cluster)
-        )
+        """The cluster's source, opened by its kind (gpumeter.ingest.sources)."""
+        return open_source(self.config, cluster)
 
 
 class _PrometheusResourceBase(ConfigurableResource):
@@ -58,15 +53,7 @@ class _PrometheusResourceBase(ConfigurableResource):
     def raw_source(
         self, cluster: str, cluster_label: str = "cluster", scrape_interval_seconds: int = 30
     ) -> RawSource:
-        from gpumeter.ingest.prometheus import PrometheusRawSource  # imported only where a cluster uses it
-
-        # Δ: two HA replicas' samples less than Δ/2 apart are one scrape (R1).
-        return PrometheusRawSource(
-            self.spec,
-            cluster=cluster,
-            cluster_label=cluster_label,
-            scrape_interval_seconds=scrape_interval_seconds,
-        )
+        return prometheus_source(self.spec, cluster, cluster_label, scrape_interval_seconds)
 
 
 # The config's `source: {kind: prometheus}` fields, so that a setting is declared once (config.py).
@@ -78,7 +65,8 @@ PrometheusResource = create_model(
 
     Its fields are the config's `source: {kind: prometheus}` block (config.PrometheusSource, docs/config.md),
     validated alike; secrets are named by environment variable, never stored. Usable on its own in other
-    Dagster code, and built from the config for each Prometheus cluster by `GpumeterConfigResource.source`.""",
+    Dagster code; `GpumeterConfigResource.source` opens a Prometheus cluster's source the same way
+    (gpumeter.ingest.sources).""",
     **{
         name: (field.annotation, copy(field))
         for name, field in PrometheusSource.model_fields.items()
