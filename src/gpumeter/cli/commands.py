@@ -367,7 +367,8 @@ def cmd_source_check(args: argparse.Namespace) -> int:
     exit 1 when a finding would misbill, 0 otherwise."""
     from rich.table import Table
 
-    from gpumeter.ingest.source_check import check_sources, report_json
+    from gpumeter.ingest.source_check import check_sources
+    from gpumeter.ingest.source_check.findings import report_json
 
     config = load_config(Path(args.config))
     names = select_clusters(config, args.cluster) if args.cluster else None
