@@ -20,14 +20,8 @@ from test_changing_pool import CASES, DAY
 from test_rules import make_config
 
 from gpumeter.ingest.contract import RawFiles, lookback_ms
-from gpumeter.ingest.kube_spans import (
-    KubeSeries,
-    SpanBuilder,
-    create_spans,
-    decode_spans,
-    is_spans,
-    span_samples,
-)
+from gpumeter.ingest.kube_series import KubeSeries, SpanBuilder
+from gpumeter.ingest.kube_spans import create_spans, decode_spans, is_spans, span_samples
 from gpumeter.ingest.parquet import ParquetRawSource
 from gpumeter.ingest.pull import pull_raw_day
 from gpumeter.ingest.schema import RAW_KUBE_SCHEMA, RAW_KUBE_SPANS_SCHEMA, RAW_TABLES

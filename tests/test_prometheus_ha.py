@@ -34,7 +34,8 @@ from prometheus_fixtures import (
 
 from gpumeter.config import PrometheusSource
 from gpumeter.ingest.contract import concat_parts, day_bounds_ms
-from gpumeter.ingest.kube_spans import SpanBuilder, create_spans
+from gpumeter.ingest.kube_series import SpanBuilder
+from gpumeter.ingest.kube_spans import create_spans
 from gpumeter.ingest.prometheus import PrometheusRawSource
 from gpumeter.ingest.schema import RAW_KUBE_SCHEMA, RAW_KUBE_SPANS_SCHEMA
 from gpumeter_sim import openmetrics

@@ -15,7 +15,7 @@ from typing import Any, Protocol, runtime_checkable
 import pyarrow as pa
 
 from gpumeter.config import Config
-from gpumeter.ingest.kube_spans import KubeSeries
+from gpumeter.ingest.kube_series import KubeSeries
 from gpumeter.ingest.row_order import gpu_ordered
 from gpumeter.ingest.schema import RAW_TABLES
 
@@ -121,7 +121,7 @@ class PartedRawSource(RawSource, Protocol):
 class KubeSeriesSource(PartedRawSource, Protocol):
     """A parted source that can hand each part's kube samples over as series (RawDay.kube_series), its parts
     in time order and of windows that do not overlap: the pull then makes the day's kube spans part by part
-    (gpumeter.ingest.kube_spans.SpanBuilder) and never builds per-sample kube rows. Its other tables may
+    (gpumeter.ingest.kube_series.SpanBuilder) and never builds per-sample kube rows. Its other tables may
     come with dictionary-encoded string columns (the staged files store them as plain strings)."""
 
     def fetch_day_series_parts(self, cluster: str, day: date, lookback_ms: int) -> Iterator[RawDay]: ...

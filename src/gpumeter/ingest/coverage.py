@@ -20,7 +20,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from gpumeter.ingest.contract import day_bounds_ms
-from gpumeter.ingest.kube_spans import KubeSeries
+from gpumeter.ingest.kube_series import KubeSeries
 from gpumeter.storage.objectstore import duckdb_paths, sql_path_list
 from gpumeter.storage.replacement import Measure
 

@@ -14,7 +14,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from gpumeter.ingest.kube_spans import KubeSeries
+from gpumeter.ingest.kube_series import KubeSeries
 from gpumeter.ingest.prometheus.targets import (
     HOLDER_LABELS,
     KUBERNETES_TARGET_MARKS,

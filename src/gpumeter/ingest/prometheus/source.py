@@ -30,7 +30,7 @@ from gpumeter.ingest.k8s_objects import (
     read_kept_snapshots,
 )
 from gpumeter.ingest.kube_api import KubeApi
-from gpumeter.ingest.kube_spans import KubeSeries
+from gpumeter.ingest.kube_series import KubeSeries
 from gpumeter.ingest.prometheus.answers import LabelSet, UnexpectedAnswer, matrix_samples
 from gpumeter.ingest.prometheus.promql import nonzero_screen_query, raw_samples_query, up_query
 from gpumeter.ingest.prometheus.raw_tables import Series, SeriesByLabels, SeriesMapping, append_series
