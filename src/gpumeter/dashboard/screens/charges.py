@@ -82,11 +82,8 @@ def charges(ctx: Context) -> None:
     money = ("complete_days_amount", "provisional_amount", "amount") if so_far else ("amount",)
     table(ctx, per_tenant, "month_to_date" if so_far else "tenant_charges", money=money)
     _glossary(ctx)
-    daily = (
-        basis(ctx.views.daily_charges(ctx.viewer, ctx.filters, so_far=True), label)
-        if so_far
-        else ctx.views.daily_charges(ctx.viewer, ctx.filters)
-    )
+    daily = ctx.views.daily_charges(ctx.viewer, ctx.filters, so_far=bool(so_far))
+    daily = basis(daily, label) if so_far else daily
     if not daily.is_empty():
         fig = px.bar(
             floats(daily, "amount"),
@@ -153,10 +150,7 @@ def warm(ctx: Context) -> None:
     """The reads of a view of this page, widgets at their defaults (dashboard/warmup.py)."""
     so_far = ctx.views.provisional_days(ctx.viewer, ctx.filters)
     ctx.views.tenant_charges(ctx.viewer, ctx.filters, so_far=bool(so_far))
-    if so_far:
-        ctx.views.daily_charges(ctx.viewer, ctx.filters, so_far=True)
-    else:
-        ctx.views.daily_charges(ctx.viewer, ctx.filters)
+    ctx.views.daily_charges(ctx.viewer, ctx.filters, so_far=bool(so_far))
     ctx.views.monthly_charges(ctx.viewer, ctx.filters)
 
 

@@ -36,12 +36,13 @@ def usage(ctx: Context) -> None:
     if so_far:
         provisional_note(label)
         st.caption("The figures above are complete days; today so far is in the charts below only.")
-        daily = basis(ctx.views.daily_charges(ctx.viewer, ctx.filters, so_far=True), label)
-    else:
-        daily = ctx.views.daily_charges(ctx.viewer, ctx.filters)
-    daily = daily.filter(pl.col("tenant") != IDLE).with_columns(
-        (pl.col("used_gpu_hours") / pl.col("gpu_hours")).cast(pl.Float64).alias("efficiency")
+    daily = ctx.views.daily_charges(ctx.viewer, ctx.filters, so_far=bool(so_far))
+    daily = (
+        (basis(daily, label) if so_far else daily)
+        .filter(pl.col("tenant") != IDLE)
+        .with_columns((pl.col("used_gpu_hours") / pl.col("gpu_hours")).cast(pl.Float64).alias("efficiency"))
     )
+    drawn = floats(daily, "gpu_hours", "used_gpu_hours")  # both charts name Unmapped workloads in words
     # Today so far is its own trace per tenant (a lighter open marker): a part of a day is no day's total.
     shape = (
         {"symbol": "basis", "symbol_map": {COMPLETE: "circle", f"today, {label}": "circle-open"}}
@@ -51,7 +52,7 @@ def usage(ctx: Context) -> None:
     chart(
         lighten(
             px.line(
-                floats(daily, "gpu_hours", "used_gpu_hours"),
+                drawn,
                 x="day",
                 y="gpu_hours",
                 color="tenant",
@@ -68,7 +69,7 @@ def usage(ctx: Context) -> None:
     chart(
         lighten(
             px.line(
-                daily,
+                drawn,
                 x="day",
                 y="efficiency",
                 color="tenant",
@@ -88,10 +89,8 @@ def usage(ctx: Context) -> None:
 def warm(ctx: Context) -> None:
     """The reads of a view of this page, widgets at their defaults (dashboard/warmup.py)."""
     ctx.views.tenant_charges(ctx.viewer, ctx.filters)
-    if ctx.views.provisional_days(ctx.viewer, ctx.filters):
-        ctx.views.daily_charges(ctx.viewer, ctx.filters, so_far=True)
-    else:
-        ctx.views.daily_charges(ctx.viewer, ctx.filters)
+    so_far = ctx.views.provisional_days(ctx.viewer, ctx.filters)
+    ctx.views.daily_charges(ctx.viewer, ctx.filters, so_far=bool(so_far))
     ctx.views.usage_by_model(ctx.viewer, ctx.filters)
 
 
