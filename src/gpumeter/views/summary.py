@@ -9,15 +9,9 @@ from decimal import Decimal
 from gpumeter.billing.invoices import invoiced_by_tenant, line_sums_sql
 from gpumeter.config import IDLE, UNALLOCATED
 from gpumeter.storage.warehouse import Warehouse
+from gpumeter.views.words import CATEGORY_WORDS
 
-CATEGORIES = (
-    "allocated_active",
-    "allocated_idle",
-    "free",
-    "mig_unpartitioned",
-    "unschedulable",
-    "unhealthy",
-)
+CATEGORIES = tuple(CATEGORY_WORDS)  # R11's categories, in the order the summary prints them
 # A stored R11 category as it reads today: marts metered before `free` was named so (and closed months, which
 # are frozen) say 'unallocated'. Every reader of stranded_capacity.category selects this, never the column.
 CATEGORY_SQL = "case category when 'unallocated' then 'free' else category end"

@@ -10,7 +10,8 @@ from gpumeter.config import IDLE, UNALLOCATED
 
 # The buckets as a page and the printed summary name them; the invoice files keep the names.
 HOLDER_WORDS = {IDLE: "Idle capacity (not billed to a tenant)", UNALLOCATED: "Unmapped workloads"}
-# Where capacity went: each category as a page and the printed summary name it.
+# Where capacity went: every R11 category (the mart's values, the one list of them), as a page and the
+# printed summary name it.
 CATEGORY_WORDS = {
     "allocated_active": "Held and busy",
     "allocated_idle": "Held but idle",
