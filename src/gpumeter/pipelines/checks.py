@@ -12,7 +12,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-import pyarrow as pa
 from dagster import AssetCheckResult, AssetCheckSeverity, AssetCheckSpec, MetadataValue
 
 from gpumeter.billing import invoice_checks
@@ -20,6 +19,7 @@ from gpumeter.billing.invoices import Reconciliation
 from gpumeter.billing.refusals import MonthRefused
 from gpumeter.config import Config
 from gpumeter.models import day_checks
+from gpumeter.models.day_checks import Marts
 from gpumeter.models.findings import Finding
 from gpumeter.storage.warehouse import Warehouse
 
@@ -58,8 +58,6 @@ CHECK_SPECS = [
     ),
 ]
 
-_DAY_SPECS = {spec.name: spec for spec in CHECK_SPECS}
-
 
 def _metadata_value(value: Any) -> Any:
     return MetadataValue.json(value) if isinstance(value, dict | list) else value
@@ -77,43 +75,20 @@ def _result(spec: AssetCheckSpec, finding: Finding) -> AssetCheckResult:
 
 # --- the day's checks ----------------------------------------------------------------------------
 
-Marts = dict[str, dict[str, pa.Table]]
-
-
-def conservation(marts_by_cluster: Marts) -> AssetCheckResult:
-    return _result(_DAY_SPECS["conservation_r13"], day_checks.conservation(marts_by_cluster))
-
-
-def no_overbooked_device(marts_by_cluster: Marts) -> AssetCheckResult:
-    return _result(_DAY_SPECS["no_overbooked_device"], day_checks.no_overbooked_device(marts_by_cluster))
-
-
-def coverage(marts_by_cluster: Marts, config: Config) -> AssetCheckResult:
-    return _result(_DAY_SPECS["coverage"], day_checks.coverage(marts_by_cluster, config))
-
-
-def unmapped_namespaces(marts_by_cluster: Marts) -> AssetCheckResult:
-    return _result(_DAY_SPECS["unmapped_namespaces"], day_checks.unmapped_namespaces(marts_by_cluster))
-
-
-def quarantined_samples(marts_by_cluster: Marts) -> AssetCheckResult:
-    return _result(_DAY_SPECS["quarantined_samples"], day_checks.quarantined_samples(marts_by_cluster))
-
-
-def kueue_sampled_once_per_interval(marts_by_cluster: Marts, config: Config) -> AssetCheckResult:
-    finding = day_checks.kueue_sampled_once_per_interval(marts_by_cluster, config)
-    return _result(_DAY_SPECS["kueue_sampled_once_per_interval"], finding)
+# The rule each check of CHECK_SPECS runs (gpumeter.models.day_checks), given the day's marts and the config.
+_DAY_RULES: dict[str, Callable[[Marts, Config], Finding]] = {
+    "conservation_r13": lambda marts, _config: day_checks.conservation(marts),
+    "no_overbooked_device": lambda marts, _config: day_checks.no_overbooked_device(marts),
+    "coverage": day_checks.coverage,
+    "unmapped_namespaces": lambda marts, _config: day_checks.unmapped_namespaces(marts),
+    "quarantined_samples": lambda marts, _config: day_checks.quarantined_samples(marts),
+    "kueue_sampled_once_per_interval": day_checks.kueue_sampled_once_per_interval,
+}
 
 
 def evaluate(marts_by_cluster: Marts, config: Config) -> list[AssetCheckResult]:
-    return [
-        conservation(marts_by_cluster),
-        no_overbooked_device(marts_by_cluster),
-        coverage(marts_by_cluster, config),
-        unmapped_namespaces(marts_by_cluster),
-        quarantined_samples(marts_by_cluster),
-        kueue_sampled_once_per_interval(marts_by_cluster, config),
-    ]
+    """Every check of the metered day, in the order of CHECK_SPECS."""
+    return [_result(spec, _DAY_RULES[spec.name](marts_by_cluster, config)) for spec in CHECK_SPECS]
 
 
 # --- the month's checks (R13, R14, R16): evaluated by the billing assets -----------------------

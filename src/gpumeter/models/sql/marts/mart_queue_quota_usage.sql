@@ -18,7 +18,7 @@ queue_samples as (
         max(value) filter (where quantity = 'resource_usage') as used,
         max(value) filter (where quantity = 'borrowing_limit') as borrowing_limit,
         -- How often the queue was sampled: each sample stands for Δ (docs/tariffs.md), so a queue sampled
-        -- less often reads low (checks.kueue_sampled_once_per_interval).
+        -- less often reads low (models/day_checks.py kueue_sampled_once_per_interval).
         ts_ms - lag(ts_ms) over (partition by cluster, cluster_queue, flavor, resource order by ts_ms) as since_prev_ms
     from stg_kueue_queue_samples
     where cluster_queue is not null and quantity <> 'local_queue_usage'
